@@ -1,0 +1,972 @@
+"""BERT finetuning runner for classification, trained on many processes with Horovod.
+
+One process:        python run_classifier.py --task_name=tsv --do_train ...
+N processes, local: horovodrun -np N python run_classifier.py ...
+N processes, MPI:   mpirun -np N -bind-to none -map-by slot python run_classifier.py ...
+Several hosts:      horovodrun -np 8 -H host1:4,host2:4 python run_classifier.py ...
+
+Every `# Horovod:` comment marks a point where distributed training differs from
+Google's single-process script.
+"""
+
+import collections
+import csv
+import json
+import logging
+import os
+import random
+import sys
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+from absl import app  # pylint: disable=g-import-not-at-top
+from absl import flags
+import numpy as np
+import tensorflow as tf
+import tensorflow_estimator as tf_estimator
+
+from distributed import hvd
+import modeling
+import optimization
+import tokenization
+import train_metrics
+
+tf1 = tf.compat.v1
+LOG = train_metrics.LOG
+EXIT_BAD_INPUT = 2
+
+FLAGS = flags.FLAGS
+
+## Required parameters
+flags.DEFINE_string(
+    "data_dir", None,
+    "The input data dir. Should contain the .tsv files (or other data files) for the task.")
+flags.DEFINE_string(
+    "bert_config_file", None,
+    "The config json file corresponding to the pre-trained BERT model. "
+    "This specifies the model architecture.")
+flags.DEFINE_string("task_name", None, "The name of the task to train.")
+flags.DEFINE_string("vocab_file", None,
+                    "The vocabulary file that the BERT model was trained on.")
+flags.DEFINE_string(
+    "output_dir", None,
+    "The output directory where the model checkpoints and results will be written "
+    "(rank 0; rank r > 0 keeps its TFRecords in output_dir/r).")
+
+## Other parameters
+flags.DEFINE_string(
+    "init_checkpoint", None,
+    "Initial checkpoint (usually from a pre-trained BERT model). Read on rank 0 only.")
+flags.DEFINE_bool(
+    "do_lower_case", True,
+    "Whether to lower case the input text. Should be True for uncased models and "
+    "False for cased models.")
+flags.DEFINE_integer(
+    "max_seq_length", 128,
+    "The maximum total input sequence length after WordPiece tokenization. "
+    "Sequences longer than this will be truncated, and shorter ones padded.")
+flags.DEFINE_bool("do_train", False, "Whether to run training.")
+flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set (rank 0).")
+flags.DEFINE_bool("do_predict", False,
+                  "Whether to run the model in inference mode on the test set (rank 0).")
+flags.DEFINE_integer("train_batch_size", 32, "Batch size per process for training.")
+flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
+flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predict.")
+flags.DEFINE_float("learning_rate", 5e-5,
+                   "The initial learning rate for Adam (for one process; see "
+                   "--scale_learning_rate).")
+flags.DEFINE_float("num_train_epochs", 3.0,
+                   "Total number of training epochs to perform.")
+flags.DEFINE_float(
+    "warmup_proportion", 0.1,
+    "Proportion of training to perform linear learning rate warmup for. "
+    "E.g., 0.1 = 10% of training.")
+flags.DEFINE_integer("save_checkpoints_steps", 1000,
+                     "How often to save the model checkpoint (rank 0).")
+flags.DEFINE_integer("iterations_per_loop", 1000,
+                     "Accepted for compatibility with Google's script; unused.")
+flags.DEFINE_bool("use_tpu", False, "Accepted for compatibility; must stay False.")
+
+## Horovod and run-control parameters
+flags.DEFINE_integer(
+    "seed", 12345,
+    "Seed of the global example order (one shuffle, identical on every rank), of "
+    "weight initialization and of the shuffle buffer.")
+flags.DEFINE_bool(
+    "scale_learning_rate", True,
+    "Multiply the learning rate by the number of processes (the global batch is "
+    "train_batch_size x processes).")
+flags.DEFINE_integer(
+    "train_shuffle_buffer", 100,
+    "Shuffle buffer of the training input per process; 0 keeps the seeded global "
+    "order exactly (every epoch in the same order).")
+flags.DEFINE_integer(
+    "intra_op_threads", 0,
+    "CPU threads per process for one op; 0 = cores on this host / processes on "
+    "this host.")
+flags.DEFINE_integer("inter_op_threads", 2,
+                     "CPU threads per process for running independent ops.")
+flags.DEFINE_integer(
+    "max_train_steps", 0,
+    "If > 0, stop training after this many steps (caps the epoch-derived count).")
+flags.DEFINE_float("log_every_secs", 10.0,
+                   "Seconds between progress lines on rank 0.")
+flags.DEFINE_integer("keep_checkpoint_max", 3, "Checkpoints kept by rank 0.")
+
+
+class InputError(ValueError):
+  """Bad user input: a file, line, label or flag that cannot be used."""
+
+
+class InputExample(object):
+  """A single training/test example for simple sequence classification."""
+
+  def __init__(self, guid, text_a, text_b=None, label=None):
+    """Constructs a InputExample.
+
+    Args:
+      guid: Unique id for the example ("train-12").
+      text_a: string. The untokenized text of the first sequence.
+      text_b: (Optional) string. The untokenized text of the second sequence.
+      label: (Optional) string. The label of the example.
+    """
+    self.guid = guid
+    self.text_a = text_a
+    self.text_b = text_b
+    self.label = label
+
+
+class InputFeatures(object):
+  """A single set of features of data."""
+
+  def __init__(self, input_ids, input_mask, segment_ids, label_id, is_real_example=True):
+    self.input_ids = input_ids
+    self.input_mask = input_mask
+    self.segment_ids = segment_ids
+    self.label_id = label_id
+    self.is_real_example = is_real_example
+
+
+class DataProcessor(object):
+  """Base class for data converters for sequence classification data sets."""
+
+  train_file = "train.tsv"
+  dev_file = "dev.tsv"
+  test_file = "test.tsv"
+
+  def get_train_examples(self, data_dir):
+    """Gets a collection of `InputExample`s for the train set."""
+    return self._create_examples(self._read_tsv(data_dir, self.train_file), "train")
+
+  def get_dev_examples(self, data_dir):
+    """Gets a collection of `InputExample`s for the dev set."""
+    return self._create_examples(self._read_tsv(data_dir, self.dev_file), "dev")
+
+  def get_test_examples(self, data_dir):
+    """Gets a collection of `InputExample`s for prediction."""
+    return self._create_examples(self._read_tsv(data_dir, self.test_file), "test")
+
+  def get_labels(self, data_dir=None):
+    """Gets the list of labels for this data set."""
+    raise NotImplementedError()
+
+  def _create_examples(self, rows, set_type):
+    raise NotImplementedError()
+
+  @classmethod
+  def _read_tsv(cls, data_dir, name, quotechar=None):
+    """Reads a tab separated file into (path, line_number, fields) rows."""
+    path = os.path.join(data_dir, name)
+    text = read_text_file(path)
+    reader = csv.reader(text.splitlines(), delimiter="\t", quotechar=quotechar)
+    return [(path, i + 1, row) for i, row in enumerate(reader)]
+
+  @staticmethod
+  def _field(row, index):
+    """Field `index` of a row, or an InputError naming the file and line."""
+    path, line, fields = row
+    if index >= len(fields):
+      raise InputError("%s:%d: expected at least %d tab-separated fields, got %d" %
+                       (path, line, index + 1, len(fields)))
+    return tokenization.convert_to_unicode(fields[index])
+
+
+def read_text_file(path):
+  """Reads a UTF-8 text file, raising InputError naming it when that fails."""
+  if not os.path.isfile(path):
+    raise InputError("%s: no such file" % path)
+  try:
+    with open(path, "r", encoding="utf-8") as f:
+      return f.read()
+  except UnicodeDecodeError as e:
+    raise InputError("%s: not valid UTF-8 (byte %d)" % (path, e.start))
+  except OSError as e:
+    raise InputError("%s: cannot read (%s)" % (path, e.strerror or e))
+
+
+class TsvProcessor(DataProcessor):
+  """Single-sentence task: `label<TAB>text` lines in train.tsv, dev.tsv, test.tsv.
+
+  The label list is the sorted distinct labels of train.tsv.
+  """
+
+  def get_labels(self, data_dir=None):
+    rows = self._read_tsv(data_dir, self.train_file)
+    return sorted({self._parse(row)[0] for row in rows})
+
+  def _create_examples(self, rows, set_type):
+    examples = []
+    for row in rows:
+      label, text = self._parse(row)
+      examples.append(InputExample(guid="%s-%d" % (set_type, row[1]), text_a=text,
+                                   label=label))
+    return examples
+
+  def _parse(self, row):
+    path, line, fields = row
+    if len(fields) != 2:
+      raise InputError("%s:%d: expected 'label<TAB>text', got %d field(s)" %
+                       (path, line, len(fields)))
+    label, text = fields[0].strip(), fields[1].strip()
+    if not label:
+      raise InputError("%s:%d: empty label" % (path, line))
+    if not text:
+      raise InputError("%s:%d: empty text" % (path, line))
+    return label, text
+
+  @classmethod
+  def _read_tsv(cls, data_dir, name, quotechar=None):
+    """Reads `label<TAB>text` lines, skipping blank lines (no quoting)."""
+    path = os.path.join(data_dir, name)
+    rows = []
+    for i, line in enumerate(read_text_file(path).split("\n")):
+      line = line.rstrip("\r")
+      if line.strip():
+        rows.append((path, i + 1, line.split("\t")))
+    return rows
+
+
+class ColaProcessor(DataProcessor):
+  """Processor for the CoLA data set (GLUE version)."""
+
+  def get_labels(self, data_dir=None):
+    return ["0", "1"]
+
+  def _create_examples(self, rows, set_type):
+    examples = []
+    for i, row in enumerate(rows):
+      if set_type == "test" and i == 0:
+        continue
+      if set_type == "test":
+        text, label = self._field(row, 1), "0"
+      else:
+        text, label = self._field(row, 3), self._field(row, 1)
+      examples.append(InputExample("%s-%d" % (set_type, i), text, None, label))
+    return examples
+
+
+class MrpcProcessor(DataProcessor):
+  """Processor for the MRPC data set (GLUE version)."""
+
+  def get_labels(self, data_dir=None):
+    return ["0", "1"]
+
+  def _create_examples(self, rows, set_type):
+    examples = []
+    for i, row in enumerate(rows):
+      if i == 0:
+        continue
+      label = "0" if set_type == "test" else self._field(row, 0)
+      examples.append(InputExample("%s-%d" % (set_type, i), self._field(row, 3),
+                                   self._field(row, 4), label))
+    return examples
+
+
+class MnliProcessor(DataProcessor):
+  """Processor for the MultiNLI data set (GLUE version)."""
+
+  dev_file = "dev_matched.tsv"
+  test_file = "test_matched.tsv"
+
+  def get_labels(self, data_dir=None):
+    return ["contradiction", "entailment", "neutral"]
+
+  def _create_examples(self, rows, set_type):
+    examples = []
+    for i, row in enumerate(rows):
+      if i == 0:
+        continue
+      guid = "%s-%s" % (set_type, self._field(row, 0))
+      label = "contradiction" if set_type == "test" else self._field(row, len(row[2]) - 1)
+      examples.append(InputExample(guid, self._field(row, 8), self._field(row, 9), label))
+    return examples
+
+
+class XnliProcessor(DataProcessor):
+  """Processor for the XNLI data set (Chinese by default, as in Google's script)."""
+
+  language = "zh"
+
+  def get_labels(self, data_dir=None):
+    return ["contradiction", "entailment", "neutral"]
+
+  def get_train_examples(self, data_dir):
+    rows = self._read_tsv(os.path.join(data_dir, "multinli"),
+                          "multinli.train.%s.tsv" % self.language)
+    examples = []
+    for i, row in enumerate(rows):
+      if i == 0:
+        continue
+      label = self._field(row, 2)
+      if label == "contradictory":
+        label = "contradiction"
+      examples.append(InputExample("train-%d" % i, self._field(row, 0),
+                                   self._field(row, 1), label))
+    return examples
+
+  def get_dev_examples(self, data_dir):
+    rows = self._read_tsv(data_dir, "xnli.dev.tsv")
+    examples = []
+    for i, row in enumerate(rows):
+      if i == 0 or self._field(row, 0) != self.language:
+        continue
+      examples.append(InputExample("dev-%d" % i, self._field(row, 6),
+                                   self._field(row, 7), self._field(row, 1)))
+    return examples
+
+  def get_test_examples(self, data_dir):
+    raise InputError("task xnli has no test set; use --do_eval")
+
+
+PROCESSORS = {
+    "cola": ColaProcessor,
+    "mnli": MnliProcessor,
+    "mrpc": MrpcProcessor,
+    "xnli": XnliProcessor,
+    "tsv": TsvProcessor,
+}
+
+
+def convert_single_example(ex_index, example, label_map, max_seq_length, tokenizer):
+  """Converts a single `InputExample` into a single `InputFeatures`.
+
+  Raises:
+    InputError: if the example's label is not in `label_map`.
+  """
+  if example.label not in label_map:
+    raise InputError("%s: label %r is not among the training labels %s" %
+                     (example.guid, example.label, sorted(label_map)))
+  tokens_a = tokenizer.tokenize(example.text_a)
+  tokens_b = tokenizer.tokenize(example.text_b) if example.text_b else None
+  if tokens_b:
+    # [CLS], [SEP], [SEP] with "- 3".
+    _truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
+  elif len(tokens_a) > max_seq_length - 2:
+    tokens_a = tokens_a[0:(max_seq_length - 2)]
+
+  # (a) pair:   [CLS] is this jack ##son ##ville ? [SEP] no it is not . [SEP]
+  #  type_ids:  0     0  0    0    0     0       0 0     1  1  1  1   1 1
+  # (b) single: [CLS] the dog is hairy . [SEP]
+  tokens = ["[CLS]"] + tokens_a + ["[SEP]"]
+  segment_ids = [0] * len(tokens)
+  if tokens_b:
+    tokens += tokens_b + ["[SEP]"]
+    segment_ids += [1] * (len(tokens_b) + 1)
+
+  input_ids = tokenizer.convert_tokens_to_ids(tokens)
+  input_mask = [1] * len(input_ids)
+  padding = max_seq_length - len(input_ids)
+  input_ids += [0] * padding
+  input_mask += [0] * padding
+  segment_ids += [0] * padding
+
+  if ex_index < 2:
+    LOG.debug("*** Example %s ***\ntokens: %s\nlabel: %s", example.guid,
+              " ".join(tokens), example.label)
+  return InputFeatures(input_ids, input_mask, segment_ids, label_map[example.label])
+
+
+def file_based_convert_examples_to_features(examples, label_list, max_seq_length,
+                                            tokenizer, output_file):
+  """Converts `examples` to a TFRecord file (written under a temporary name first)."""
+  label_map = {label: i for (i, label) in enumerate(label_list)}
+  tmp_file = output_file + ".tmp-%d" % os.getpid()
+  with tf.io.TFRecordWriter(tmp_file) as writer:
+    for (ex_index, example) in enumerate(examples):
+      feature = convert_single_example(ex_index, example, label_map, max_seq_length,
+                                       tokenizer)
+      writer.write(_features_to_tf_example(feature).SerializeToString())
+  os.replace(tmp_file, output_file)
+
+
+def _features_to_tf_example(feature):
+  def int_feature(values):
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+  features = collections.OrderedDict()
+  features["input_ids"] = int_feature(feature.input_ids)
+  features["input_mask"] = int_feature(feature.input_mask)
+  features["segment_ids"] = int_feature(feature.segment_ids)
+  features["label_ids"] = int_feature([feature.label_id])
+  features["is_real_example"] = int_feature([int(feature.is_real_example)])
+  return tf.train.Example(features=tf.train.Features(feature=features))
+
+
+def file_based_input_fn_builder(input_file, seq_length, batch_size, is_training,
+                                shuffle_buffer=0, seed=None):
+  """Creates an `input_fn` over a TFRecord file.
+
+  Training input repeats forever (the step count, identical on every rank, ends
+  training) and drops the remainder so every batch has `batch_size` examples.
+
+  Returns:
+    input_fn() -> tf.data.Dataset of dicts of int32 Tensors of shape
+    [batch_size, seq_length] ("input_ids", "input_mask", "segment_ids") and
+    [batch_size] ("label_ids", "is_real_example").
+  """
+  name_to_features = {
+      "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
+      "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
+      "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
+      "label_ids": tf.io.FixedLenFeature([], tf.int64),
+      "is_real_example": tf.io.FixedLenFeature([], tf.int64),
+  }
+
+  def _decode_batch(records):
+    example = tf.io.parse_example(records, name_to_features)
+    return {k: tf.cast(v, tf.int32) for k, v in example.items()}
+
+  def input_fn(params=None):
+    del params
+    d = tf.data.TFRecordDataset(input_file)
+    if is_training:
+      d = d.repeat()
+      if shuffle_buffer > 0:
+        d = d.shuffle(buffer_size=shuffle_buffer, seed=seed)
+    d = d.batch(batch_size, drop_remainder=is_training)
+    d = d.map(_decode_batch, num_parallel_calls=tf.data.AUTOTUNE)
+    return d.prefetch(2)
+
+  return input_fn
+
+
+def _truncate_seq_pair(tokens_a, tokens_b, max_length):
+  """Truncates a sequence pair in place to the maximum length (longer one first)."""
+  while len(tokens_a) + len(tokens_b) > max_length:
+    if len(tokens_a) > len(tokens_b):
+      tokens_a.pop()
+    else:
+      tokens_b.pop()
+
+
+def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, labels,
+                 num_labels):
+  """Creates a classification model: BERT's pooled output, dropout, a linear layer.
+
+  Args:
+    bert_config: `BertConfig`; its hidden_dropout_prob also drives the head dropout.
+    is_training: bool.
+    input_ids, input_mask, segment_ids: int32 Tensors of shape [batch_size, seq_length].
+    labels: int32 Tensor of shape [batch_size].
+    num_labels: int.
+
+  Returns:
+    (loss, per_example_loss, logits, probabilities): a scalar mean loss and
+    float32 Tensors of shape [batch_size], [batch_size, num_labels] x2.
+  """
+  model = modeling.BertModel(config=bert_config, is_training=is_training,
+                             input_ids=input_ids, input_mask=input_mask,
+                             token_type_ids=segment_ids)
+  output_layer = model.get_pooled_output()
+  hidden_size = output_layer.shape[-1]
+
+  output_weights = tf1.get_variable(
+      "output_weights", [num_labels, hidden_size],
+      initializer=tf1.truncated_normal_initializer(stddev=0.02))
+  output_bias = tf1.get_variable("output_bias", [num_labels],
+                                 initializer=tf1.zeros_initializer())
+
+  with tf1.variable_scope("loss"):
+    if is_training:
+      output_layer = modeling.dropout(output_layer, bert_config.hidden_dropout_prob)
+    logits = tf.matmul(output_layer, output_weights, transpose_b=True)
+    logits = tf.nn.bias_add(logits, output_bias)
+    probabilities = tf.nn.softmax(logits, axis=-1)
+    log_probs = tf.nn.log_softmax(logits, axis=-1)
+    one_hot_labels = tf.one_hot(labels, depth=num_labels, dtype=tf.float32)
+    per_example_loss = -tf.reduce_sum(one_hot_labels * log_probs, axis=-1)
+    loss = tf.reduce_mean(per_example_loss)
+    return (loss, per_example_loss, logits, probabilities)
+
+
+def metric_fn(per_example_loss, label_ids, logits, is_real_example, num_labels,
+              task_name):
+  """Eval metrics: accuracy and loss; F1 for binary tasks; MCC for CoLA.
+
+  Args:
+    per_example_loss: float32 [batch_size]; label_ids: int32 [batch_size];
+    logits: float32 [batch_size, num_labels]; is_real_example: int32 [batch_size].
+
+  Returns:
+    dict of name -> (value_op, update_op).
+  """
+  predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
+  weights = tf.cast(is_real_example, tf.float32)
+  metrics = {
+      "eval_accuracy": tf1.metrics.accuracy(label_ids, predictions, weights=weights),
+      "eval_loss": tf1.metrics.mean(per_example_loss, weights=weights),
+  }
+  if num_labels == 2:
+    tp = tf1.metrics.true_positives(label_ids, predictions, weights=weights)
+    fp = tf1.metrics.false_positives(label_ids, predictions, weights=weights)
+    fn = tf1.metrics.false_negatives(label_ids, predictions, weights=weights)
+    tn = tf1.metrics.true_negatives(label_ids, predictions, weights=weights)
+    update = tf.group(tp[1], fp[1], fn[1], tn[1])
+    tp_v, fp_v, fn_v, tn_v = tp[0], fp[0], fn[0], tn[0]
+    f1 = tf.math.divide_no_nan(2.0 * tp_v, 2.0 * tp_v + fp_v + fn_v)
+    metrics["eval_f1"] = (f1, update)
+    if task_name == "cola":
+      denom = tf.sqrt((tp_v + fp_v) * (tp_v + fn_v) * (tn_v + fp_v) * (tn_v + fn_v))
+      metrics["eval_mcc"] = (tf.math.divide_no_nan(tp_v * tn_v - fp_v * fn_v, denom),
+                             update)
+  return metrics
+
+
+def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
+                     num_train_steps, num_warmup_steps, task_name="tsv",
+                     scale_learning_rate=True, progress_hook_fn=None):
+  """Returns the `model_fn` closure for the Estimator.
+
+  Args:
+    bert_config: `BertConfig`.
+    num_labels: int.
+    init_checkpoint: checkpoint path to initialize from, or None. Pass it on rank 0
+      only: the broadcast hook copies rank 0's weights to the others.
+    learning_rate: float, peak rate of one process.
+    num_train_steps, num_warmup_steps: ints, identical on every rank.
+    task_name: string, selects extra eval metrics.
+    scale_learning_rate: bool, multiply the rate by the number of processes.
+    progress_hook_fn: optional (loss, learning_rate) -> SessionRunHook for training.
+  """
+
+  def model_fn(features, labels, mode, params):
+    del labels, params
+    input_ids = features["input_ids"]
+    input_mask = features["input_mask"]
+    segment_ids = features["segment_ids"]
+    label_ids = features["label_ids"]
+    is_real_example = features["is_real_example"]
+
+    is_training = (mode == tf_estimator.estimator.ModeKeys.TRAIN)
+    (total_loss, per_example_loss, logits, probabilities) = create_model(
+        bert_config, is_training, input_ids, input_mask, segment_ids, label_ids,
+        num_labels)
+
+    if init_checkpoint:
+      tvars = tf1.trainable_variables()
+      (assignment_map, _) = modeling.get_assignment_map_from_checkpoint(
+          tvars, init_checkpoint)
+      tf1.train.init_from_checkpoint(init_checkpoint, assignment_map)
+
+    if mode == tf_estimator.estimator.ModeKeys.TRAIN:
+      train_op, lr, grad_norm = optimization.create_optimizer(
+          total_loss, learning_rate, num_train_steps, num_warmup_steps,
+          scale_learning_rate=scale_learning_rate)
+      tf1.summary.scalar("learning_rate", lr)
+      tf1.summary.scalar("grad_global_norm", grad_norm)
+      hooks = [progress_hook_fn(total_loss, lr)] if progress_hook_fn else []
+      return tf_estimator.estimator.EstimatorSpec(
+          mode=mode, loss=total_loss, train_op=train_op, training_hooks=hooks)
+    if mode == tf_estimator.estimator.ModeKeys.EVAL:
+      return tf_estimator.estimator.EstimatorSpec(
+          mode=mode, loss=total_loss,
+          eval_metric_ops=metric_fn(per_example_loss, label_ids, logits,
+                                    is_real_example, num_labels, task_name))
+    return tf_estimator.estimator.EstimatorSpec(
+        mode=mode, predictions={"probabilities": probabilities})
+
+  return model_fn
+
+
+def shard_examples(examples, seed, rank, size):
+  """One seeded shuffle of all examples (same on every rank), then every size-th.
+
+  Rank r keeps global positions p with p % size == r, so batch k of every rank
+  together is batch k of a single process with `size` times the batch.
+  """
+  order = list(range(len(examples)))
+  random.Random(seed).shuffle(order)
+  return [examples[i] for p, i in enumerate(order) if p % size == rank]
+
+
+def compute_train_steps(num_examples, per_process_batch, size, num_epochs,
+                        warmup_proportion, max_train_steps=0):
+  """Steps from the global example count: identical on every rank.
+
+  Returns:
+    (num_train_steps, num_warmup_steps).
+  """
+  steps = int(num_examples / (per_process_batch * size) * num_epochs)
+  if max_train_steps > 0:
+    steps = min(steps, max_train_steps)
+  return steps, int(steps * warmup_proportion)
+
+
+def cpu_threads_per_process(local_size, requested=0):
+  """Intra-op threads for one of `local_size` processes sharing this host's cores."""
+  if requested > 0:
+    return requested
+  try:
+    cores = len(os.sched_getaffinity(0))
+  except AttributeError:
+    cores = os.cpu_count() or 1
+  return max(1, cores // max(1, local_size))
+
+
+def make_session_config(gpu_available, local_rank, intra_op_threads, inter_op_threads):
+  """The tf.compat.v1.ConfigProto of one process."""
+  config = tf1.ConfigProto()
+  if gpu_available:
+    config.gpu_options.allow_growth = True
+    # Horovod: pin one GPU to each process, by its rank on this host.
+    config.gpu_options.visible_device_list = str(local_rank)
+  else:
+    # Horovod: processes on one host share its cores; oversubscribing them is slow.
+    config.intra_op_parallelism_threads = intra_op_threads
+    config.inter_op_parallelism_threads = inter_op_threads
+  return config
+
+
+def read_label_list(path):
+  """Reads `label_list.txt` (one label a line)."""
+  labels = [line.rstrip("\n") for line in read_text_file(path).split("\n")]
+  labels = [l for l in labels if l]
+  if not labels:
+    raise InputError("%s: no labels" % path)
+  return labels
+
+
+def latest_global_step(model_dir):
+  """Global step of the newest checkpoint in `model_dir`, or 0."""
+  ckpt = tf.train.latest_checkpoint(model_dir) if model_dir else None
+  if not ckpt:
+    return 0
+  return int(tf.train.load_variable(ckpt, "global_step"))
+
+
+class Job(object):
+  """What `setup` derives from the flags, shared by the train/eval/predict phases."""
+
+  def __init__(self, **kwargs):
+    self.__dict__.update(kwargs)
+
+
+def validate_flags(flags_obj):
+  """Checks flag values that need no file access; raises InputError."""
+  if flags_obj.use_tpu:
+    raise InputError("--use_tpu: TPUs are not supported; this script runs on GPUs/CPUs")
+  if not (flags_obj.do_train or flags_obj.do_eval or flags_obj.do_predict):
+    raise InputError("at least one of --do_train, --do_eval or --do_predict must be set")
+  for name in ("data_dir", "bert_config_file", "task_name", "vocab_file", "output_dir"):
+    if not getattr(flags_obj, name):
+      raise InputError("--%s is required" % name)
+  if flags_obj.task_name.lower() not in PROCESSORS:
+    raise InputError("--task_name=%s: unknown task (choose from %s)" %
+                     (flags_obj.task_name, ", ".join(sorted(PROCESSORS))))
+  for name in ("train_batch_size", "eval_batch_size", "predict_batch_size",
+               "max_seq_length"):
+    if getattr(flags_obj, name) <= 0:
+      raise InputError("--%s must be positive, got %d" % (name, getattr(flags_obj, name)))
+  for name in ("learning_rate", "num_train_epochs"):
+    if getattr(flags_obj, name) <= 0:
+      raise InputError("--%s must be positive, got %g" % (name, getattr(flags_obj, name)))
+  if not 0.0 <= flags_obj.warmup_proportion < 1.0:
+    raise InputError("--warmup_proportion must be in [0, 1), got %g" %
+                     flags_obj.warmup_proportion)
+  if flags_obj.max_seq_length < 3:
+    raise InputError("--max_seq_length must be at least 3")
+
+
+def check_checkpoint_matches(init_checkpoint, bert_config, num_labels):
+  """Raises InputError if `init_checkpoint` is missing or its shapes differ from the model."""
+  index = init_checkpoint + ".index"
+  if not (os.path.exists(index) or os.path.exists(init_checkpoint)):
+    raise InputError("--init_checkpoint=%s: no such checkpoint (%s not found)" %
+                     (init_checkpoint, index))
+  try:
+    ckpt_shapes = dict(tf.train.list_variables(init_checkpoint))
+  except (tf.errors.OpError, ValueError) as e:
+    raise InputError("--init_checkpoint=%s: cannot read (%s)" %
+                     (init_checkpoint, str(e).splitlines()[0]))
+  expected = modeling.expected_checkpoint_shapes(bert_config, num_labels)
+  found = 0
+  for name, shape in expected.items():
+    if name not in ckpt_shapes:
+      continue
+    found += 1
+    if tuple(ckpt_shapes[name]) != tuple(shape):
+      raise InputError("--init_checkpoint=%s: variable %s has shape %s, the config "
+                       "needs %s" % (init_checkpoint, name, list(ckpt_shapes[name]),
+                                     list(shape)))
+  if found == 0:
+    raise InputError("--init_checkpoint=%s: holds none of the BERT variables (e.g. %s)"
+                     % (init_checkpoint, next(iter(expected))))
+
+
+def setup(flags_obj):
+  """Validates inputs and derives the job; raises InputError on bad input.
+
+  Every rank runs this before any collective operation.
+  """
+  validate_flags(flags_obj)
+  task_name = flags_obj.task_name.lower()
+  bert_config = modeling.BertConfig.from_json_file(flags_obj.bert_config_file)
+  if flags_obj.max_seq_length > bert_config.max_position_embeddings:
+    raise InputError(
+        "--max_seq_length=%d exceeds max_position_embeddings=%d of %s" %
+        (flags_obj.max_seq_length, bert_config.max_position_embeddings,
+         flags_obj.bert_config_file))
+  tokenizer = tokenization.FullTokenizer(flags_obj.vocab_file, flags_obj.do_lower_case)
+  if len(tokenizer.vocab) > bert_config.vocab_size:
+    raise InputError("vocab_file %s has %d tokens, more than vocab_size=%d of %s" %
+                     (flags_obj.vocab_file, len(tokenizer.vocab), bert_config.vocab_size,
+                      flags_obj.bert_config_file))
+  processor = PROCESSORS[task_name]()
+  rank, size = hvd.rank(), hvd.size()
+  # Horovod: rank 0 writes checkpoints and results in output_dir; rank r > 0 keeps
+  # only its own TFRecords in output_dir/r so no two processes write the same file.
+  work_dir = flags_obj.output_dir if rank == 0 else os.path.join(
+      flags_obj.output_dir, str(rank))
+
+  label_list_path = os.path.join(flags_obj.output_dir, "label_list.txt")
+  train_examples = None
+  if flags_obj.do_train:
+    label_list = processor.get_labels(flags_obj.data_dir)
+    train_examples = processor.get_train_examples(flags_obj.data_dir)
+    if not train_examples:
+      raise InputError("%s: no training examples" %
+                       os.path.join(flags_obj.data_dir, processor.train_file))
+  elif task_name == "tsv" and os.path.exists(label_list_path):
+    label_list = read_label_list(label_list_path)
+  else:
+    label_list = processor.get_labels(flags_obj.data_dir)
+
+  eval_examples = predict_examples = None
+  if flags_obj.do_eval and rank == 0:
+    eval_examples = processor.get_dev_examples(flags_obj.data_dir)
+    check_labels(eval_examples, label_list)
+  if flags_obj.do_predict and rank == 0:
+    predict_examples = processor.get_test_examples(flags_obj.data_dir)
+    check_labels(predict_examples, label_list)
+  if flags_obj.init_checkpoint and rank == 0:
+    check_checkpoint_matches(flags_obj.init_checkpoint, bert_config, len(label_list))
+
+  num_train_steps = num_warmup_steps = 0
+  if train_examples is not None:
+    num_train_steps, num_warmup_steps = compute_train_steps(
+        len(train_examples), flags_obj.train_batch_size, size,
+        flags_obj.num_train_epochs, flags_obj.warmup_proportion,
+        flags_obj.max_train_steps)
+    if num_train_steps < 1:
+      raise InputError("%d training examples make no step of %d x %d processes; lower "
+                       "--train_batch_size or raise --num_train_epochs" %
+                       (len(train_examples), flags_obj.train_batch_size, size))
+
+  threads = cpu_threads_per_process(hvd.local_size(), flags_obj.intra_op_threads)
+  gpu_available = bool(tf.config.list_physical_devices("GPU"))
+  return Job(
+      task_name=task_name, bert_config=bert_config, tokenizer=tokenizer,
+      processor=processor, label_list=label_list, rank=rank, size=size,
+      work_dir=work_dir, output_dir=flags_obj.output_dir,
+      train_examples=train_examples, eval_examples=eval_examples,
+      predict_examples=predict_examples, num_train_steps=num_train_steps,
+      num_warmup_steps=num_warmup_steps, threads=0 if gpu_available else threads,
+      session_config=make_session_config(gpu_available, hvd.local_rank(), threads,
+                                         flags_obj.inter_op_threads))
+
+
+def check_labels(examples, label_list):
+  """Raises InputError naming the first example whose label is not in `label_list`."""
+  known = set(label_list)
+  for ex in examples:
+    if ex.label not in known:
+      raise InputError("%s: label %r is not among the training labels %s" %
+                       (ex.guid, ex.label, label_list))
+
+
+def make_estimator(job, flags_obj, model_fn, for_training):
+  """An Estimator for this rank. Only rank 0 saves checkpoints and summaries."""
+  if job.rank == 0:
+    run_config = tf_estimator.estimator.RunConfig(
+        model_dir=job.output_dir,
+        tf_random_seed=flags_obj.seed,
+        save_checkpoints_steps=flags_obj.save_checkpoints_steps,
+        keep_checkpoint_max=flags_obj.keep_checkpoint_max,
+        save_summary_steps=100,
+        log_step_count_steps=None,
+        session_config=job.session_config)
+  else:
+    # Horovod: save checkpoints only on worker 0 to prevent other workers from
+    # corrupting them.
+    run_config = tf_estimator.estimator.RunConfig(
+        model_dir=job.work_dir,
+        tf_random_seed=flags_obj.seed,
+        save_checkpoints_steps=None,
+        save_checkpoints_secs=None,
+        save_summary_steps=0,
+        log_step_count_steps=None,
+        session_config=job.session_config)
+  del for_training
+  return tf_estimator.estimator.Estimator(model_fn=model_fn, config=run_config)
+
+
+def build_model_fn(job, flags_obj):
+  """The model_fn for this rank (init checkpoint on rank 0 only)."""
+  def progress_hook_fn(loss, lr):
+    if job.rank != 0:
+      return tf1.train.SessionRunHook()
+    return train_metrics.ThroughputHook(
+        loss, lr, job.num_train_steps, flags_obj.train_batch_size, job.size,
+        job.threads, log_every_secs=flags_obj.log_every_secs,
+        metrics_path=os.path.join(job.output_dir, "train_metrics.json"))
+
+  return model_fn_builder(
+      bert_config=job.bert_config,
+      num_labels=len(job.label_list),
+      # Horovod: only rank 0 reads the initial checkpoint; the broadcast copies it.
+      init_checkpoint=flags_obj.init_checkpoint if job.rank == 0 else None,
+      learning_rate=flags_obj.learning_rate,
+      num_train_steps=job.num_train_steps,
+      num_warmup_steps=job.num_warmup_steps,
+      task_name=job.task_name,
+      scale_learning_rate=flags_obj.scale_learning_rate,
+      progress_hook_fn=progress_hook_fn)
+
+
+def train(job, flags_obj):
+  """Converts this rank's shard and trains to `num_train_steps` on every rank."""
+  # Horovod: every rank sees the same seeded global order and keeps its own shard.
+  shard = shard_examples(job.train_examples, flags_obj.seed, job.rank, job.size)
+  train_file = os.path.join(job.work_dir, "train.tf_record")
+  t0 = time.time()
+  file_based_convert_examples_to_features(shard, job.label_list,
+                                          flags_obj.max_seq_length, job.tokenizer,
+                                          train_file)
+  LOG.info("converted %d training examples (this rank's shard of %d) in %.1fs",
+           len(shard), len(job.train_examples), time.time() - t0)
+
+  # Horovod: rank 0's checkpoint decides where training resumes; every rank learns
+  # it, so all agree on the steps that remain (or that none remain).
+  start_step = hvd.broadcast_object(
+      latest_global_step(job.output_dir) if job.rank == 0 else None, root_rank=0,
+      name="start_step")
+  LOG.info("training: %d examples, %d processes x batch %d = global batch %d, "
+           "%d steps (%d warmup), starting at step %d", len(job.train_examples),
+           job.size, flags_obj.train_batch_size, job.size * flags_obj.train_batch_size,
+           job.num_train_steps, job.num_warmup_steps, start_step)
+  if start_step >= job.num_train_steps:
+    LOG.info("training already finished at step %d; skipping", start_step)
+    return
+  estimator = make_estimator(job, flags_obj, build_model_fn(job, flags_obj), True)
+  input_fn = file_based_input_fn_builder(
+      train_file, flags_obj.max_seq_length, flags_obj.train_batch_size,
+      is_training=True, shuffle_buffer=flags_obj.train_shuffle_buffer,
+      seed=flags_obj.seed + job.rank)
+  # Horovod: broadcast initial variable states from rank 0 to all other processes,
+  # so every rank starts from the same weights (random or from init_checkpoint).
+  hooks = [hvd.BroadcastGlobalVariablesHook(0)]
+  estimator.train(input_fn=input_fn, max_steps=job.num_train_steps, hooks=hooks)
+
+
+def evaluate(job, flags_obj):
+  """Evaluates on the dev set (rank 0) and writes eval_results.txt."""
+  eval_file = os.path.join(job.output_dir, "eval.tf_record")
+  file_based_convert_examples_to_features(job.eval_examples, job.label_list,
+                                          flags_obj.max_seq_length, job.tokenizer,
+                                          eval_file)
+  estimator = make_estimator(job, flags_obj, build_model_fn(job, flags_obj), False)
+  input_fn = file_based_input_fn_builder(eval_file, flags_obj.max_seq_length,
+                                         flags_obj.eval_batch_size, is_training=False)
+  result = estimator.evaluate(input_fn=input_fn)
+  lines = ["%s = %s\n" % (key, result[key]) for key in sorted(result)]
+  LOG.info("eval results (%d examples): %s", len(job.eval_examples),
+           ", ".join(l.strip() for l in lines))
+  train_metrics.atomic_write_text(os.path.join(job.output_dir, "eval_results.txt"),
+                                  "".join(lines))
+  return result
+
+
+def predict(job, flags_obj):
+  """Predicts the test set (rank 0) and writes test_results.tsv."""
+  predict_file = os.path.join(job.output_dir, "predict.tf_record")
+  file_based_convert_examples_to_features(job.predict_examples, job.label_list,
+                                          flags_obj.max_seq_length, job.tokenizer,
+                                          predict_file)
+  estimator = make_estimator(job, flags_obj, build_model_fn(job, flags_obj), False)
+  input_fn = file_based_input_fn_builder(predict_file, flags_obj.max_seq_length,
+                                         flags_obj.predict_batch_size, is_training=False)
+  lines = []
+  for prediction in estimator.predict(input_fn=input_fn):
+    lines.append("\t".join(str(p) for p in prediction["probabilities"]) + "\n")
+  if len(lines) != len(job.predict_examples):
+    raise RuntimeError("predicted %d of %d test examples" %
+                       (len(lines), len(job.predict_examples)))
+  train_metrics.atomic_write_text(os.path.join(job.output_dir, "test_results.tsv"),
+                                  "".join(lines))
+  LOG.info("wrote %d predictions to %s", len(lines),
+           os.path.join(job.output_dir, "test_results.tsv"))
+
+
+def configure_logging(rank):
+  """Rank 0 logs progress; the other ranks log warnings and errors only."""
+  handler = logging.StreamHandler(sys.stderr)
+  handler.setFormatter(logging.Formatter("[%(asctime)s rank " + str(rank) +
+                                         "] %(message)s", "%H:%M:%S"))
+  LOG.handlers[:] = [handler]
+  LOG.propagate = False
+  LOG.setLevel(logging.INFO if rank == 0 else logging.WARNING)
+  tf1.logging.set_verbosity(tf1.logging.ERROR)
+
+
+def fail(message, code):
+  """Prints one error line naming the problem and exits with `code`."""
+  sys.stderr.write("run_classifier.py: error (rank %d): %s\n" % (hvd.rank(), message))
+  sys.stderr.flush()
+  sys.exit(code)
+
+
+def main(_):
+  # Horovod: initialize Horovod before anything else.
+  hvd.init()
+  configure_logging(hvd.rank())
+  try:
+    job = setup(FLAGS)
+    error = None
+  except (InputError, modeling.ConfigError, ValueError) as e:
+    job, error = None, str(e)
+  # Horovod: every rank learns every rank's input error before any training
+  # collective, so a bad input ends all ranks promptly instead of hanging some.
+  errors = [e for e in hvd.allgather_object(error) if e] if hvd.size() > 1 else (
+      [error] if error else [])
+  if errors:
+    fail(error or errors[0], EXIT_BAD_INPUT)
+
+  if job.rank == 0:
+    tf.io.gfile.makedirs(job.output_dir)
+    if FLAGS.do_train:
+      train_metrics.atomic_write_text(os.path.join(job.output_dir, "label_list.txt"),
+                                      "".join(l + "\n" for l in job.label_list))
+  tf.io.gfile.makedirs(job.work_dir)
+
+  if FLAGS.do_train:
+    train(job, FLAGS)
+  # Horovod: evaluate and predict on rank 0 only; the other ranks are done.
+  if job.rank == 0 and FLAGS.do_eval:
+    evaluate(job, FLAGS)
+  if job.rank == 0 and FLAGS.do_predict:
+    predict(job, FLAGS)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,141 @@
+"""Training progress logging and throughput accounting (examples/sec, step times)."""
+
+import json
+import logging
+import os
+import time
+
+import numpy as np
+import tensorflow as tf
+
+LOG = logging.getLogger("bert_horovod")
+
+
+def atomic_write_text(path, text):
+  """Writes `text` to `path` through a temporary file and a rename.
+
+  A reader never sees a half-written file: either the old one or the new one.
+  """
+  tmp = "%s.tmp-%d" % (path, os.getpid())
+  with open(tmp, "w", encoding="utf-8") as f:
+    f.write(text)
+    f.flush()
+    os.fsync(f.fileno())
+  os.replace(tmp, path)
+
+
+class ThroughputHook(tf.compat.v1.train.SessionRunHook):
+  """Logs progress and measures throughput on one process (rank 0 by convention).
+
+  Every `log_every_secs` it logs step, loss, learning rate, examples/sec and an ETA.
+  After `warmup_steps` steps it records each step's wall time; `summary()` gives
+  examples/sec globally (all processes) and per process, and step time p50/p90.
+  """
+
+  def __init__(self, loss, learning_rate, num_train_steps, per_process_batch,
+               num_processes, threads_per_process, log_every_secs=10.0,
+               warmup_steps=5, metrics_path=None):
+    """Args:
+      loss: float32 scalar Tensor, this process's batch loss.
+      learning_rate: float32 scalar Tensor.
+      num_train_steps: int, the step the run ends at.
+      per_process_batch: int, examples per step on each process (after accumulation).
+      num_processes: int, number of processes (Horovod size).
+      threads_per_process: int, intra-op threads of each process (0 = GPU / unknown).
+      log_every_secs: float, interval between progress lines.
+      warmup_steps: int, steps excluded from timing (graph warm-up, caches).
+      metrics_path: optional path of the JSON written at the end.
+    """
+    self._loss = loss
+    self._lr = learning_rate
+    self._num_train_steps = num_train_steps
+    self._per_process_batch = per_process_batch
+    self._size = num_processes
+    self._threads = threads_per_process
+    self._log_every = log_every_secs
+    self._warmup = warmup_steps
+    self._metrics_path = metrics_path
+    self._step_times = []
+    self._steps_run = 0
+    self._start = None
+    self._last_log = None
+    self._t0 = None
+    self._global_step_tensor = None
+
+  @property
+  def global_batch(self):
+    return self._per_process_batch * self._size
+
+  def begin(self):
+    self._global_step_tensor = tf.compat.v1.train.get_global_step()
+
+  def after_create_session(self, session, coord):
+    self._start = time.perf_counter()
+    self._last_log = self._start
+
+  def before_run(self, run_context):
+    self._t0 = time.perf_counter()
+    return tf.compat.v1.train.SessionRunArgs(
+        [self._global_step_tensor, self._loss, self._lr])
+
+  def after_run(self, run_context, run_values):
+    now = time.perf_counter()
+    self._steps_run += 1
+    if self._steps_run > self._warmup:
+      self._step_times.append(now - self._t0)
+    step, loss, lr = run_values.results
+    step += 1  # The value was read before this step's increment.
+    if now - self._last_log >= self._log_every or step >= self._num_train_steps:
+      self._last_log = now
+      LOG.info("step %d/%d loss %.4f lr %.3g | %s", step, self._num_train_steps, loss,
+               lr, self._rate_text(step))
+
+  def _rate_text(self, step):
+    if not self._step_times:
+      return "warming up"
+    step_time = float(np.mean(self._step_times[-50:]))
+    global_rate = self.global_batch / step_time
+    eta = max(self._num_train_steps - step, 0) * step_time
+    return "%.1f examples/sec global (%.1f per process) | ETA %s" % (
+        global_rate, global_rate / self._size, _format_secs(eta))
+
+  def end(self, session):
+    summary = self.summary()
+    if summary is None:
+      return
+    LOG.info("throughput: %.1f examples/sec global, %.1f per process over %d timed "
+             "steps (step p50 %.3fs, p90 %.3fs)", summary["examples_per_sec_global"],
+             summary["examples_per_sec_per_process"], summary["steps_timed"],
+             summary["step_time_p50_s"], summary["step_time_p90_s"])
+    if self._metrics_path:
+      atomic_write_text(self._metrics_path, json.dumps(summary, indent=2) + "\n")
+
+  def summary(self):
+    """The throughput measurement as a dict, or None if no step was run."""
+    if self._start is None or self._steps_run == 0:
+      return None
+    times = np.array(self._step_times if self._step_times else [np.nan])
+    total_timed = float(np.sum(self._step_times)) if self._step_times else 0.0
+    global_rate = (len(self._step_times) * self.global_batch / total_timed
+                   if total_timed > 0 else 0.0)
+    return {
+        "processes": self._size,
+        "threads_per_process": self._threads,
+        "per_process_batch": self._per_process_batch,
+        "global_batch": self.global_batch,
+        "steps_run": self._steps_run,
+        "warmup_steps_excluded": min(self._warmup, self._steps_run),
+        "steps_timed": len(self._step_times),
+        "examples_per_sec_global": global_rate,
+        "examples_per_sec_per_process": global_rate / self._size,
+        "step_time_p50_s": float(np.percentile(times, 50)),
+        "step_time_p90_s": float(np.percentile(times, 90)),
+        "total_train_time_s": time.perf_counter() - self._start,
+    }
+
+
+def _format_secs(secs):
+  secs = int(round(secs))
+  if secs >= 3600:
+    return "%dh%02dm" % (secs // 3600, secs % 3600 // 60)
+  return "%dm%02ds" % (secs // 60, secs % 60)
