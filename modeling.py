@@ -117,7 +117,10 @@ class BertConfig(object):
       value = getattr(self, key)
       if not 0.0 <= value < 1.0:
         raise ConfigError("%s: %s must be in [0, 1), got %r" % (source, key, value))
-    get_activation(self.hidden_act)
+    try:
+      get_activation(self.hidden_act)
+    except ConfigError as e:
+      raise ConfigError("%s: %s" % (source, e))
 
   def to_dict(self):
     """Serializes this instance to a Python dictionary."""

@@ -535,7 +535,7 @@ def metric_fn(per_example_loss, label_ids, logits, is_real_example, num_labels,
 
 def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
                      num_train_steps, num_warmup_steps, task_name="tsv",
-                     scale_learning_rate=True, progress_hook_fn=None):
+                     scale_learning_rate=True, training_hooks_fn=None):
   """Returns the `model_fn` closure for the Estimator.
 
   Args:
@@ -547,7 +547,7 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
     num_train_steps, num_warmup_steps: ints, identical on every rank.
     task_name: string, selects extra eval metrics.
     scale_learning_rate: bool, multiply the rate by the number of processes.
-    progress_hook_fn: optional (loss, learning_rate) -> SessionRunHook for training.
+    training_hooks_fn: optional (loss, learning_rate) -> list of SessionRunHooks.
   """
 
   def model_fn(features, labels, mode, params):
@@ -575,7 +575,7 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
           scale_learning_rate=scale_learning_rate)
       tf1.summary.scalar("learning_rate", lr)
       tf1.summary.scalar("grad_global_norm", grad_norm)
-      hooks = [progress_hook_fn(total_loss, lr)] if progress_hook_fn else []
+      hooks = training_hooks_fn(total_loss, lr) if training_hooks_fn else []
       return tf_estimator.estimator.EstimatorSpec(
           mode=mode, loss=total_loss, train_op=train_op, training_hooks=hooks)
     if mode == tf_estimator.estimator.ModeKeys.EVAL:
@@ -823,13 +823,15 @@ def make_estimator(job, flags_obj, model_fn, for_training):
 
 def build_model_fn(job, flags_obj):
   """The model_fn for this rank (init checkpoint on rank 0 only)."""
-  def progress_hook_fn(loss, lr):
-    if job.rank != 0:
-      return tf1.train.SessionRunHook()
-    return train_metrics.ThroughputHook(
-        loss, lr, job.num_train_steps, flags_obj.train_batch_size, job.size,
-        job.threads, log_every_secs=flags_obj.log_every_secs,
-        metrics_path=os.path.join(job.output_dir, "train_metrics.json"))
+  def training_hooks_fn(loss, lr):
+    hooks = [train_metrics.FinalStepHook(
+        os.path.join(job.work_dir, "train_state.json"), job.rank)]
+    if job.rank == 0:
+      hooks.append(train_metrics.ThroughputHook(
+          loss, lr, job.num_train_steps, flags_obj.train_batch_size, job.size,
+          job.threads, log_every_secs=flags_obj.log_every_secs,
+          metrics_path=os.path.join(job.output_dir, "train_metrics.json")))
+    return hooks
 
   return model_fn_builder(
       bert_config=job.bert_config,
@@ -841,7 +843,7 @@ def build_model_fn(job, flags_obj):
       num_warmup_steps=job.num_warmup_steps,
       task_name=job.task_name,
       scale_learning_rate=flags_obj.scale_learning_rate,
-      progress_hook_fn=progress_hook_fn)
+      training_hooks_fn=training_hooks_fn)
 
 
 def train(job, flags_obj):

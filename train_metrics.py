@@ -139,3 +139,23 @@ def _format_secs(secs):
   if secs >= 3600:
     return "%dh%02dm" % (secs // 3600, secs % 3600 // 60)
   return "%dm%02ds" % (secs // 60, secs % 60)
+
+
+class FinalStepHook(tf.compat.v1.train.SessionRunHook):
+  """Records the global step a process ended training at in `path` (JSON).
+
+  Every rank writes its own file, so a test or an operator can check that all
+  ranks stopped at the same step.
+  """
+
+  def __init__(self, path, rank):
+    self._path = path
+    self._rank = rank
+    self._global_step_tensor = None
+
+  def begin(self):
+    self._global_step_tensor = tf.compat.v1.train.get_global_step()
+
+  def end(self, session):
+    step = int(session.run(self._global_step_tensor))
+    atomic_write_text(self._path, json.dumps({"rank": self._rank, "global_step": step}))

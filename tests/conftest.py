@@ -1,0 +1,103 @@
+"""Shared fixtures: a tiny BERT config, vocab and `tsv` task, and job launchers."""
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+POSITIVE = ["good", "great", "fine", "nice"]
+NEGATIVE = ["bad", "awful", "poor", "sad"]
+FILLER = ["the", "a", "movie", "food", "is", "was", "very"]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + POSITIVE + NEGATIVE + FILLER
+
+# Generous hang guards for the multi-process tests (a healthy run takes ~15 s).
+JOB_TIMEOUT = 240
+
+
+def tiny_config(dropout=0.1, vocab_size=len(VOCAB)):
+  """A 2-layer, hidden-32 BERT config (Google's bert_config.json keys)."""
+  return {
+      "vocab_size": vocab_size, "hidden_size": 32, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "intermediate_size": 64, "hidden_act": "gelu",
+      "hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout,
+      "max_position_embeddings": 64, "type_vocab_size": 2, "initializer_range": 0.02,
+  }
+
+
+def make_lines(n, seed):
+  """`n` lines `label<TAB>text`; the label is decided by one sentiment word."""
+  rng = random.Random(seed)
+  lines = []
+  for _ in range(n):
+    label = rng.randint(0, 1)
+    words = [rng.choice(FILLER) for _ in range(3)]
+    words.append(rng.choice(POSITIVE if label else NEGATIVE))
+    rng.shuffle(words)
+    lines.append("%d\t%s\n" % (label, " ".join(words)))
+  return lines
+
+
+def write_task(folder, n_train=101, n_dev=20, n_test=20, dropout=0.1):
+  """Writes vocab.txt, bert_config.json, train/dev/test.tsv into `folder`."""
+  os.makedirs(folder, exist_ok=True)
+  with open(os.path.join(folder, "vocab.txt"), "w") as f:
+    f.write("\n".join(VOCAB) + "\n")
+  with open(os.path.join(folder, "bert_config.json"), "w") as f:
+    json.dump(tiny_config(dropout), f)
+  for name, n, seed in (("train", n_train, 1), ("dev", n_dev, 2), ("test", n_test, 3)):
+    with open(os.path.join(folder, name + ".tsv"), "w") as f:
+      f.writelines(make_lines(n, seed))
+  return folder
+
+
+@pytest.fixture
+def tiny_task(tmp_path):
+  """A folder with a tiny `tsv` task (101 training examples) and model files."""
+  return write_task(str(tmp_path / "task"))
+
+
+def classifier_args(task_dir, output_dir, *extra):
+  """Command-line flags of run_classifier.py for the tiny task."""
+  return [
+      "--task_name=tsv", "--data_dir=" + task_dir,
+      "--vocab_file=" + os.path.join(task_dir, "vocab.txt"),
+      "--bert_config_file=" + os.path.join(task_dir, "bert_config.json"),
+      "--output_dir=" + output_dir, "--max_seq_length=16", "--learning_rate=1e-3",
+      "--log_every_secs=1000",
+  ] + list(extra)
+
+
+def launcher_prefix(launcher, np):
+  """The command prefix that starts `np` processes with `launcher`."""
+  if launcher == "python":
+    assert np == 1
+    return [sys.executable]
+  if launcher == "horovodrun":
+    return [shutil.which("horovodrun") or "horovodrun", "-np", str(np), "--gloo",
+            sys.executable]
+  if launcher == "mpirun":
+    return ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np),
+            "-bind-to", "none", "-map-by", "slot", sys.executable]
+  raise ValueError(launcher)
+
+
+def run_job(launcher, np, args, timeout=JOB_TIMEOUT, script="run_classifier.py"):
+  """Runs a script under a launcher; returns the CompletedProcess (never hangs)."""
+  env = dict(os.environ)
+  env["PYTHONUNBUFFERED"] = "1"
+  cmd = launcher_prefix(launcher, np) + [os.path.join(ROOT, script)] + list(args)
+  return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                        timeout=timeout)
+
+
+def requires(tool):
+  """Skip marker for a test that needs `tool` on PATH."""
+  return pytest.mark.skipif(shutil.which(tool) is None,
+                            reason="%s not installed (run scripts/setup.sh)" % tool)

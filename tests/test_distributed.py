@@ -1,0 +1,132 @@
+"""Multi-process tests: really launched through horovodrun and mpirun on a tiny BERT.
+
+Each job is a few seconds of work; the timeouts are hang guards only.
+"""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import classifier_args, requires, run_job, tiny_config, write_task
+
+tf1 = tf.compat.v1
+
+
+def assert_ok(proc):
+  assert proc.returncode == 0, "exit %d\n--- stdout\n%s\n--- stderr\n%s" % (
+      proc.returncode, proc.stdout[-3000:], proc.stderr[-6000:])
+
+
+def read_eval_results(path):
+  result = {}
+  with open(path) as f:
+    for line in f:
+      key, value = line.strip().split(" = ")
+      result[key] = float(value)
+  return result
+
+
+def check_outputs(out_dir, num_test, num_steps):
+  results = read_eval_results(os.path.join(out_dir, "eval_results.txt"))
+  assert set(results) >= {"eval_accuracy", "eval_loss", "eval_f1", "global_step"}
+  assert results["global_step"] == num_steps
+  with open(os.path.join(out_dir, "test_results.tsv")) as f:
+    rows = [[float(x) for x in line.split("\t")] for line in f]
+  assert len(rows) == num_test
+  assert all(len(r) == 2 and abs(sum(r) - 1.0) < 1e-5 for r in rows)
+  with open(os.path.join(out_dir, "label_list.txt")) as f:
+    assert f.read() == "0\n1\n"
+  assert tf.train.latest_checkpoint(out_dir).endswith("model.ckpt-%d" % num_steps)
+  # Only rank 0 writes checkpoints, summaries and results.
+  rank1 = os.listdir(os.path.join(out_dir, "1"))
+  assert not [n for n in rank1 if n.startswith(("model.ckpt", "checkpoint", "events"))]
+  assert "train.tf_record" in rank1
+  return results
+
+
+@requires("horovodrun")
+@pytest.mark.parametrize("launcher", [
+    "horovodrun", pytest.param("mpirun", marks=requires("mpirun"))])
+def test_two_processes_train_eval_predict(tiny_task, tmp_path, launcher):
+  out = str(tmp_path / "out")
+  # 101 examples, 2 x 4 per step, 4 epochs: int(101 / 8 * 4) = 50 steps.
+  proc = run_job(launcher, 2, classifier_args(
+      tiny_task, out, "--do_train", "--do_eval", "--do_predict",
+      "--train_batch_size=4", "--num_train_epochs=4"))
+  assert_ok(proc)
+  results = check_outputs(out, num_test=20, num_steps=50)
+  # The task is decided by one sentiment word: a working run learns it.
+  assert results["eval_accuracy"] >= 0.8, results
+  metrics = json.load(open(os.path.join(out, "train_metrics.json")))
+  assert metrics["processes"] == 2 and metrics["global_batch"] == 8
+  for rank, folder in ((0, out), (1, os.path.join(out, "1"))):
+    state = json.load(open(os.path.join(folder, "train_state.json")))
+    assert state == {"rank": rank, "global_step": 50}
+
+
+def make_init_checkpoint(folder, config):
+  """Saves freshly initialized classifier weights, as a pretrained checkpoint would be."""
+  import modeling
+  import run_classifier
+  os.makedirs(folder, exist_ok=True)
+  with tf.Graph().as_default():
+    tf1.set_random_seed(7)
+    ids = tf1.placeholder(tf.int32, [2, 16])
+    run_classifier.create_model(modeling.BertConfig.from_dict(config), True, ids, ids,
+                                ids, tf1.placeholder(tf.int32, [2]), 2)
+    with tf1.Session() as sess:
+      sess.run(tf1.global_variables_initializer())
+      return tf1.train.Saver().save(sess, os.path.join(folder, "init.ckpt"))
+
+
+def trained_weights(out_dir):
+  reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(out_dir))
+  names = [n for n, _ in tf.train.list_variables(out_dir)
+           if n.startswith(("bert/", "output_")) and "adam" not in n]
+  return {n: reader.get_tensor(n) for n in names}
+
+
+@requires("horovodrun")
+def test_two_processes_match_one_process_with_double_batch(tmp_path):
+  """With dropout off, 2 x batch b ends with the weights of 1 x batch 2b.
+
+  This fails if gradients are summed instead of averaged, if the allreduce is
+  skipped, if rank 1 does not start from rank 0's weights, or if sharding breaks
+  the global batch.
+  """
+  task = write_task(str(tmp_path / "task"), n_train=96, dropout=0.0)
+  init = make_init_checkpoint(str(tmp_path / "init"), tiny_config(dropout=0.0))
+  common = ["--do_train", "--train_shuffle_buffer=0", "--scale_learning_rate=false",
+            "--seed=3", "--num_train_epochs=2", "--init_checkpoint=" + init,
+            "--warmup_proportion=0.1"]
+  one = str(tmp_path / "one")
+  two = str(tmp_path / "two")
+  assert_ok(run_job("python", 1, classifier_args(task, one, "--train_batch_size=8",
+                                                 *common)))
+  assert_ok(run_job("horovodrun", 2, classifier_args(task, two, "--train_batch_size=4",
+                                                     *common)))
+  w1, w2 = trained_weights(one), trained_weights(two)
+  assert sorted(w1) == sorted(w2) and len(w1) > 30
+  init_reader = tf.train.load_checkpoint(init)
+  moved = 0
+  for name in w1:
+    np.testing.assert_allclose(w2[name], w1[name], rtol=1e-4, atol=2e-5, err_msg=name)
+    moved += not np.allclose(w1[name], init_reader.get_tensor(name))
+  assert moved > 30  # Training really changed the weights.
+
+
+@requires("horovodrun")
+def test_uneven_shards_finish_with_same_step_on_every_rank(tmp_path):
+  # 101 examples: shards of 51 and 50, neither divisible by batch 3.
+  task = write_task(str(tmp_path / "task"), n_train=101)
+  out = str(tmp_path / "out")
+  proc = run_job("horovodrun", 2, classifier_args(
+      task, out, "--do_train", "--train_batch_size=3", "--num_train_epochs=2"))
+  assert_ok(proc)
+  steps = int(101 / (3 * 2) * 2)
+  for rank, folder in ((0, out), (1, os.path.join(out, "1"))):
+    state = json.load(open(os.path.join(folder, "train_state.json")))
+    assert state == {"rank": rank, "global_step": steps}

@@ -1,0 +1,120 @@
+"""Tests of modeling.py on a tiny config: shapes, JSON round trip, checkpoint names."""
+
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import modeling
+from conftest import tiny_config
+
+tf1 = tf.compat.v1
+
+
+def build(config, batch=3, seq=7, is_training=True):
+  graph = tf.Graph()
+  with graph.as_default():
+    ids = tf1.placeholder(tf.int32, [batch, seq])
+    mask = tf1.placeholder(tf.int32, [batch, seq])
+    types = tf1.placeholder(tf.int32, [batch, seq])
+    model = modeling.BertModel(config, is_training, ids, mask, types)
+  return graph, model, (ids, mask, types)
+
+
+def test_output_shapes():
+  config = modeling.BertConfig.from_dict(tiny_config())
+  graph, model, (ids, mask, types) = build(config)
+  assert model.get_sequence_output().shape.as_list() == [3, 7, 32]
+  assert model.get_pooled_output().shape.as_list() == [3, 32]
+  assert len(model.get_all_encoder_layers()) == 2
+  rng = np.random.RandomState(0)
+  with tf1.Session(graph=graph) as sess:
+    sess.run(tf1.global_variables_initializer())
+    seq, pooled = sess.run(
+        [model.get_sequence_output(), model.get_pooled_output()],
+        {ids: rng.randint(0, 20, (3, 7)), mask: np.ones((3, 7)),
+         types: np.zeros((3, 7))})
+  assert seq.shape == (3, 7, 32) and pooled.shape == (3, 32)
+  assert np.all(np.isfinite(seq)) and np.all(np.abs(pooled) <= 1.0)
+
+
+def test_padding_does_not_change_real_tokens():
+  config = modeling.BertConfig.from_dict(tiny_config(dropout=0.0))
+  graph, model, (ids, mask, types) = build(config, batch=1, seq=7, is_training=False)
+  base = np.array([[2, 5, 6, 7, 3, 0, 0]])
+  other = np.array([[2, 5, 6, 7, 3, 9, 11]])
+  m = np.array([[1, 1, 1, 1, 1, 0, 0]])
+  with tf1.Session(graph=graph) as sess:
+    sess.run(tf1.global_variables_initializer())
+    out = [sess.run(model.get_sequence_output(),
+                    {ids: x, mask: m, types: np.zeros((1, 7))}) for x in (base, other)]
+  np.testing.assert_allclose(out[0][:, :5], out[1][:, :5], atol=1e-5)
+
+
+def test_config_json_round_trip(tmp_path):
+  config = modeling.BertConfig.from_dict(tiny_config())
+  path = tmp_path / "bert_config.json"
+  path.write_text(config.to_json_string())
+  again = modeling.BertConfig.from_json_file(str(path))
+  assert again.to_dict() == config.to_dict()
+  assert json.loads(again.to_json_string())["hidden_size"] == 32
+
+
+@pytest.mark.parametrize("text, message", [
+    ("{not json", "not valid JSON"),
+    ('{"hidden_size": 32}', "missing keys vocab_size"),
+    (json.dumps(dict(tiny_config(), num_attention_heads=5)), "not a multiple"),
+    (json.dumps(dict(tiny_config(), hidden_act="swish2")), "unsupported hidden_act"),
+])
+def test_config_errors_name_the_file(tmp_path, text, message):
+  path = tmp_path / "bert_config.json"
+  path.write_text(text)
+  with pytest.raises(modeling.ConfigError, match=message) as info:
+    modeling.BertConfig.from_json_file(str(path))
+  assert str(path) in str(info.value)
+
+
+def test_missing_config_file(tmp_path):
+  with pytest.raises(modeling.ConfigError, match="cannot read"):
+    modeling.BertConfig.from_json_file(str(tmp_path / "nope.json"))
+
+
+def test_variable_names_match_google_checkpoints():
+  config = modeling.BertConfig.from_dict(tiny_config())
+  graph, _, _ = build(config)
+  with graph.as_default():
+    found = {v.name[:-2]: tuple(v.shape.as_list()) for v in tf1.global_variables()}
+  expected = dict(modeling.expected_checkpoint_shapes(config))
+  assert found == expected
+  # Spot-check the literal names of Google's released checkpoints.
+  for name in ("bert/embeddings/word_embeddings",
+               "bert/embeddings/LayerNorm/gamma",
+               "bert/encoder/layer_1/attention/self/query/kernel",
+               "bert/encoder/layer_0/attention/output/LayerNorm/beta",
+               "bert/encoder/layer_0/intermediate/dense/kernel",
+               "bert/encoder/layer_1/output/dense/bias",
+               "bert/pooler/dense/kernel"):
+    assert name in found
+  assert found["bert/encoder/layer_0/intermediate/dense/kernel"] == (32, 64)
+
+
+def test_assignment_map_from_checkpoint(tmp_path):
+  config = modeling.BertConfig.from_dict(tiny_config())
+  graph, _, _ = build(config)
+  with graph.as_default(), tf1.Session() as sess:
+    sess.run(tf1.global_variables_initializer())
+    path = tf1.train.Saver().save(sess, str(tmp_path / "model.ckpt"))
+    extra = tf1.get_variable("extra_not_in_ckpt", [2])
+    amap, names = modeling.get_assignment_map_from_checkpoint(
+        tf1.global_variables(), path)
+  assert "bert/pooler/dense/kernel" in amap and "bert/pooler/dense/kernel:0" in names
+  assert extra.name[:-2] not in amap
+
+
+def test_count_parameters():
+  config = modeling.BertConfig.from_dict(tiny_config())
+  graph, _, _ = build(config)
+  with graph.as_default():
+    total = sum(int(np.prod(v.shape.as_list())) for v in tf1.global_variables())
+  assert modeling.count_parameters(config) == total
