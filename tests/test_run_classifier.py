@@ -1,0 +1,110 @@
+"""Unit tests of run_classifier.py: processors, sharding, step counts, features."""
+
+import os
+
+import pytest
+
+import run_classifier as rc
+import tokenization
+from conftest import VOCAB
+
+
+def write(path, text):
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(text)
+  return str(path)
+
+
+def test_tsv_processor_reads_labels_and_texts(tmp_path):
+  write(tmp_path / "train.tsv", "1\tgood movie\n0\tbad food\n\n1\tnice\n")
+  proc = rc.TsvProcessor()
+  examples = proc.get_train_examples(str(tmp_path))
+  assert [(e.label, e.text_a) for e in examples] == [
+      ("1", "good movie"), ("0", "bad food"), ("1", "nice")]
+  assert proc.get_labels(str(tmp_path)) == ["0", "1"]
+  assert examples[2].guid == "train-4"  # guid carries the file's line number
+
+
+@pytest.mark.parametrize("content, message", [
+    ("1\tgood\nbad line without tab\n", "train.tsv:2: expected 'label<TAB>text'"),
+    ("1\tgood\n0\t   \n", "train.tsv:2: empty text"),
+    ("1\tgood\n\tbad\n", "train.tsv:2: empty label"),
+    ("1\tgood\textra\n", "train.tsv:1: expected 'label<TAB>text', got 3"),
+])
+def test_tsv_processor_names_file_and_line(tmp_path, content, message):
+  write(tmp_path / "train.tsv", content)
+  with pytest.raises(rc.InputError, match=message):
+    rc.TsvProcessor().get_train_examples(str(tmp_path))
+
+
+def test_missing_and_non_utf8_files(tmp_path):
+  with pytest.raises(rc.InputError, match="train.tsv: no such file"):
+    rc.TsvProcessor().get_train_examples(str(tmp_path))
+  (tmp_path / "train.tsv").write_bytes(b"1\t\xff\xfe bad\n")
+  with pytest.raises(rc.InputError, match="not valid UTF-8"):
+    rc.TsvProcessor().get_train_examples(str(tmp_path))
+
+
+def test_shards_are_a_partition_of_one_seeded_order():
+  examples = list(range(11))
+  shards = [rc.shard_examples(examples, seed=5, rank=r, size=3) for r in range(3)]
+  assert sorted(sum(shards, [])) == examples
+  assert [len(s) for s in shards] == [4, 4, 3]
+  single = rc.shard_examples(examples, seed=5, rank=0, size=1)
+  # Position p of the global order goes to rank p % size.
+  assert [single[p] for p in range(0, 11, 3)] == shards[0]
+  assert [single[p] for p in range(1, 11, 3)] == shards[1]
+  assert rc.shard_examples(examples, seed=6, rank=0, size=1) != single
+
+
+def test_train_steps_come_from_the_global_count():
+  assert rc.compute_train_steps(101, 4, 2, 3.0, 0.1) == (37, 3)
+  assert rc.compute_train_steps(101, 8, 1, 3.0, 0.1) == (37, 3)
+  assert rc.compute_train_steps(1000, 10, 2, 1.0, 0.0, max_train_steps=7) == (7, 0)
+
+
+def test_convert_single_example(tmp_path):
+  tok = tokenization.FullTokenizer(write(tmp_path / "vocab.txt", "\n".join(VOCAB) + "\n"))
+  ex = rc.InputExample("dev-1", "Good movie", "the food", label="1")
+  f = rc.convert_single_example(0, ex, {"0": 0, "1": 1}, 8, tok)
+  ids = [VOCAB.index(t) for t in ["[CLS]", "good", "movie", "[SEP]", "the", "food",
+                                  "[SEP]"]]
+  assert f.input_ids == ids + [0]
+  assert f.input_mask == [1] * 7 + [0]
+  assert f.segment_ids == [0, 0, 0, 0, 1, 1, 1, 0]
+  assert f.label_id == 1
+  with pytest.raises(rc.InputError, match="dev-1: label 'x' is not among"):
+    rc.convert_single_example(0, rc.InputExample("dev-1", "good", label="x"),
+                              {"0": 0, "1": 1}, 8, tok)
+
+
+def test_truncation_keeps_cls_and_sep(tmp_path):
+  tok = tokenization.FullTokenizer(write(tmp_path / "vocab.txt", "\n".join(VOCAB) + "\n"))
+  ex = rc.InputExample("t", "good " * 20, label="0")
+  f = rc.convert_single_example(0, ex, {"0": 0}, 6, tok)
+  assert f.input_ids == [VOCAB.index(t) for t in ["[CLS]"] + ["good"] * 4 + ["[SEP]"]]
+
+
+def test_cpu_threads_divide_cores_among_local_processes():
+  cores = len(os.sched_getaffinity(0))
+  assert rc.cpu_threads_per_process(1) == cores
+  assert rc.cpu_threads_per_process(cores) == 1
+  assert rc.cpu_threads_per_process(4 * cores) == 1
+  assert rc.cpu_threads_per_process(2, requested=3) == 3
+  config = rc.make_session_config(False, 0, 1, 2)
+  assert config.intra_op_parallelism_threads == 1
+  gpu = rc.make_session_config(True, 3, 1, 2)
+  assert gpu.gpu_options.visible_device_list == "3" and gpu.gpu_options.allow_growth
+
+
+def test_glue_processors(tmp_path):
+  write(tmp_path / "train.tsv",
+        "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t1\t2\tHe said.\tShe said.\n")
+  ex = rc.MrpcProcessor().get_train_examples(str(tmp_path))
+  assert [(e.label, e.text_a, e.text_b) for e in ex] == [("1", "He said.", "She said.")]
+  write(tmp_path / "train.tsv", "gj04\t1\t\tOur friends won't buy this.\n")
+  ex = rc.ColaProcessor().get_train_examples(str(tmp_path))
+  assert [(e.label, e.text_a) for e in ex] == [("1", "Our friends won't buy this.")]
+  write(tmp_path / "train.tsv", "gj04\t1\n")
+  with pytest.raises(rc.InputError, match="train.tsv:1: expected at least 4"):
+    rc.ColaProcessor().get_train_examples(str(tmp_path))
