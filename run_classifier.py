@@ -11,7 +11,7 @@ Google's single-process script.
 
 import collections
 import csv
-import json
+import fcntl
 import logging
 import os
 import random
@@ -22,7 +22,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
-import numpy as np
 import tensorflow as tf
 import tensorflow_estimator as tf_estimator
 
@@ -34,7 +33,11 @@ import train_metrics
 
 tf1 = tf.compat.v1
 LOG = train_metrics.LOG
+# Exit codes: 0 every requested phase completed; 1 a failure while running (a dead
+# peer, out of memory, ...); 2 bad input (flags, files, lines, labels, configs).
 EXIT_BAD_INPUT = 2
+RESULT_FILES = ("eval_results.txt", "test_results.tsv")
+_LOCK_FILES = []  # Open lock files: held for the life of the process.
 
 FLAGS = flags.FLAGS
 
@@ -113,6 +116,10 @@ flags.DEFINE_integer(
 flags.DEFINE_float("log_every_secs", 10.0,
                    "Seconds between progress lines on rank 0.")
 flags.DEFINE_integer("keep_checkpoint_max", 3, "Checkpoints kept by rank 0.")
+flags.DEFINE_string(
+    "export_dir", None,
+    "If set, rank 0 writes a SavedModel of the final checkpoint here (serving "
+    "signature: input_ids, input_mask, segment_ids -> probabilities).")
 
 
 class InputError(ValueError):
@@ -714,12 +721,38 @@ def check_checkpoint_matches(init_checkpoint, bert_config, num_labels):
                      % (init_checkpoint, next(iter(expected))))
 
 
+def lock_output_dir(output_dir):
+  """Takes an exclusive lock on `output_dir` for the life of this process.
+
+  The lock (flock) goes away with the process, however it ends, so a crashed job
+  never blocks its own restart; a second live job on the same folder is refused.
+  """
+  tf.io.gfile.makedirs(output_dir)
+  path = os.path.join(output_dir, ".run_classifier.lock")
+  lock_file = open(path, "a+")
+  try:
+    fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError:
+    lock_file.seek(0)
+    owner = lock_file.read().strip() or "unknown"
+    lock_file.close()
+    raise InputError("--output_dir=%s is in use by another running job (pid %s); wait "
+                     "for it or choose another output_dir" % (output_dir, owner))
+  lock_file.seek(0)
+  lock_file.truncate()
+  lock_file.write("%d\n" % os.getpid())
+  lock_file.flush()
+  _LOCK_FILES.append(lock_file)
+
+
 def setup(flags_obj):
   """Validates inputs and derives the job; raises InputError on bad input.
 
   Every rank runs this before any collective operation.
   """
   validate_flags(flags_obj)
+  if hvd.rank() == 0:
+    lock_output_dir(flags_obj.output_dir)
   task_name = flags_obj.task_name.lower()
   bert_config = modeling.BertConfig.from_json_file(flags_obj.bert_config_file)
   if flags_obj.max_seq_length > bert_config.max_position_embeddings:
@@ -775,8 +808,12 @@ def setup(flags_obj):
 
   threads = cpu_threads_per_process(hvd.local_size(), flags_obj.intra_op_threads)
   gpu_available = bool(tf.config.list_physical_devices("GPU"))
+  # Horovod: where this process sits (cross_rank tells the host among hosts).
+  placement = {"rank": rank, "size": size, "local_rank": hvd.local_rank(),
+               "local_size": hvd.local_size(),
+               "cross_rank": hvd.cross_rank() if size > 1 else 0}
   return Job(
-      task_name=task_name, bert_config=bert_config, tokenizer=tokenizer,
+      placement=placement, task_name=task_name, bert_config=bert_config, tokenizer=tokenizer,
       processor=processor, label_list=label_list, rank=rank, size=size,
       work_dir=work_dir, output_dir=flags_obj.output_dir,
       train_examples=train_examples, eval_examples=eval_examples,
@@ -797,6 +834,12 @@ def check_labels(examples, label_list):
 
 def make_estimator(job, flags_obj, model_fn, for_training):
   """An Estimator for this rank. Only rank 0 saves checkpoints and summaries."""
+  session_config = job.session_config
+  if not for_training and job.threads:
+    # Eval and predict run on rank 0 alone, once the other ranks are done: give
+    # them every core of the host.
+    session_config = make_session_config(False, 0, cpu_threads_per_process(1),
+                                         flags_obj.inter_op_threads)
   if job.rank == 0:
     run_config = tf_estimator.estimator.RunConfig(
         model_dir=job.output_dir,
@@ -805,7 +848,7 @@ def make_estimator(job, flags_obj, model_fn, for_training):
         keep_checkpoint_max=flags_obj.keep_checkpoint_max,
         save_summary_steps=100,
         log_step_count_steps=None,
-        session_config=job.session_config)
+        session_config=session_config)
   else:
     # Horovod: save checkpoints only on worker 0 to prevent other workers from
     # corrupting them.
@@ -816,8 +859,7 @@ def make_estimator(job, flags_obj, model_fn, for_training):
         save_checkpoints_secs=None,
         save_summary_steps=0,
         log_step_count_steps=None,
-        session_config=job.session_config)
-  del for_training
+        session_config=session_config)
   return tf_estimator.estimator.Estimator(model_fn=model_fn, config=run_config)
 
 
@@ -825,7 +867,7 @@ def build_model_fn(job, flags_obj):
   """The model_fn for this rank (init checkpoint on rank 0 only)."""
   def training_hooks_fn(loss, lr):
     hooks = [train_metrics.FinalStepHook(
-        os.path.join(job.work_dir, "train_state.json"), job.rank)]
+        os.path.join(job.work_dir, "train_state.json"), job.placement)]
     if job.rank == 0:
       hooks.append(train_metrics.ThroughputHook(
           loss, lr, job.num_train_steps, flags_obj.train_batch_size, job.size,
@@ -920,6 +962,19 @@ def predict(job, flags_obj):
            os.path.join(job.output_dir, "test_results.tsv"))
 
 
+def export_model(job, flags_obj):
+  """Writes a SavedModel of rank 0's latest checkpoint to --export_dir."""
+  import export  # pylint: disable=g-import-not-at-top  (export imports this module)
+  checkpoint = tf.train.latest_checkpoint(job.output_dir)
+  if not checkpoint:
+    raise InputError("--export_dir: no checkpoint in %s to export" % job.output_dir)
+  path = export.export_saved_model(
+      bert_config=job.bert_config, label_list=job.label_list, checkpoint=checkpoint,
+      export_dir=flags_obj.export_dir, max_seq_length=flags_obj.max_seq_length,
+      vocab_file=flags_obj.vocab_file, do_lower_case=flags_obj.do_lower_case)
+  LOG.info("exported SavedModel of %s to %s", checkpoint, path)
+
+
 def configure_logging(rank):
   """Rank 0 logs progress; the other ranks log warnings and errors only."""
   handler = logging.StreamHandler(sys.stderr)
@@ -955,7 +1010,10 @@ def main(_):
     fail(error or errors[0], EXIT_BAD_INPUT)
 
   if job.rank == 0:
-    tf.io.gfile.makedirs(job.output_dir)
+    # Results of an earlier run must not outlive a failure of this one.
+    for name in RESULT_FILES:
+      if tf.io.gfile.exists(os.path.join(job.output_dir, name)):
+        tf.io.gfile.remove(os.path.join(job.output_dir, name))
     if FLAGS.do_train:
       train_metrics.atomic_write_text(os.path.join(job.output_dir, "label_list.txt"),
                                       "".join(l + "\n" for l in job.label_list))
@@ -963,6 +1021,8 @@ def main(_):
 
   if FLAGS.do_train:
     train(job, FLAGS)
+  if job.rank == 0 and FLAGS.export_dir:
+    export_model(job, FLAGS)
   # Horovod: evaluate and predict on rank 0 only; the other ranks are done.
   if job.rank == 0 and FLAGS.do_eval:
     evaluate(job, FLAGS)
@@ -970,5 +1030,14 @@ def main(_):
     predict(job, FLAGS)
 
 
+def parse_flags(argv):
+  """Parses flags; an unknown flag or a bad value is one error line and exit 2."""
+  try:
+    return FLAGS(argv)
+  except flags.Error as e:
+    sys.stderr.write("%s: error: %s\n" % (os.path.basename(argv[0]), e))
+    sys.exit(EXIT_BAD_INPUT)
+
+
 if __name__ == "__main__":
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

@@ -148,9 +148,13 @@ class FinalStepHook(tf.compat.v1.train.SessionRunHook):
   ranks stopped at the same step.
   """
 
-  def __init__(self, path, rank):
+  def __init__(self, path, placement):
+    """Args:
+      path: the JSON file to write.
+      placement: dict of this process's place in the job (rank, local_rank, ...).
+    """
     self._path = path
-    self._rank = rank
+    self._placement = dict(placement)
     self._global_step_tensor = None
 
   def begin(self):
@@ -158,4 +162,5 @@ class FinalStepHook(tf.compat.v1.train.SessionRunHook):
 
   def end(self, session):
     step = int(session.run(self._global_step_tensor))
-    atomic_write_text(self._path, json.dumps({"rank": self._rank, "global_step": step}))
+    record = dict(self._placement, global_step=step)
+    atomic_write_text(self._path, json.dumps(record, sort_keys=True))

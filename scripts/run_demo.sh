@@ -13,7 +13,7 @@
 #   --epochs E           training epochs (default 3)
 #   --seed S             training seed (default 1); the data split is fixed
 #   --batch B            per-process batch (default 32; global = B x N)
-#   --lr R               peak learning rate of one process, scaled by N (default 1e-4)
+#   --lr R               peak learning rate of one process, scaled by N (default 2e-4)
 #   --max_seq_length L   default 128
 #   --output_dir D       default output/demo-seed<S>; re-running resumes there
 #   --data_dir D         default data/sentiment
@@ -23,7 +23,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 NP="${NP:-}"; GPU="${GPU:-0}"; LAUNCHER="${LAUNCHER:-horovodrun}"
-EPOCHS="${EPOCHS:-3}"; SEED="${SEED:-1}"; BATCH="${BATCH:-32}"; LR="${LR:-1e-4}"
+EPOCHS="${EPOCHS:-3}"; SEED="${SEED:-1}"; BATCH="${BATCH:-32}"; LR="${LR:-2e-4}"
 MAX_SEQ_LENGTH="${MAX_SEQ_LENGTH:-128}"; OUTPUT_DIR="${OUTPUT_DIR:-}"
 DATA_DIR="${DATA_DIR:-$ROOT/data/sentiment}"; MAX_EXAMPLES="${MAX_EXAMPLES:-0}"
 MAX_TRAIN_STEPS="${MAX_TRAIN_STEPS:-0}"; SKIP_SETUP="${SKIP_SETUP:-0}"

@@ -1,0 +1,818 @@
+"""Throughput benchmark: real run_classifier.py training on synthetic data.
+
+  python scripts/benchmark.py                         # CPU: settings 1x1,1x2,2x1
+  python scripts/benchmark.py --settings 1x1,2x1,1x2,2x2,4x1 --steps 40
+  python scripts/benchmark.py --gpu --settings 1,2,4 --extra_args="--use_xla --use_amp"
+
+For every setting PxT (P processes x T intra-op threads each; with --gpu just P,
+one GPU per process) it runs
+
+  horovodrun -np P --gloo python run_classifier.py --task_name=tsv --do_train
+      --train_batch_size=B --intra_op_threads=T --inter_op_threads=1
+      --max_train_steps=STEPS ...
+
+on a generated task (a vocab of --vocab_size tokens `[PAD] [UNK] [CLS] [SEP] [MASK]
+w0 w1 ...`, a bert_config.json from the flags, and train.tsv lines of random words
+that fill the whole sequence: random ids, no padding), then reads the
+train_metrics.json rank 0 writes (its ThroughputHook leaves out 5 warm-up steps).
+
+Model FLOPs per training example (sequence length S, L layers, hidden H,
+intermediate I):
+
+  N_mm   = L * (4*H^2 + 2*H*I)      weights of the encoder matmuls (query, key,
+                                    value, attention output, FFN in, FFN out)
+  fwd    = 2 * N_mm * S             dense layers (a multiply and an add per weight
+                                    per token)
+         + 4 * L * S^2 * H          attention: Q.K^T and probs.V, 2*S^2*H each
+  train  = 3 * fwd                  backward = 2x forward
+         = 6 * N_mm * S + 12 * L * S^2 * H
+
+Not counted: the embedding lookups (gathers, no matmul), biases, LayerNorm,
+softmax, GELU, dropout, the optimizer update, and the pooler (2*H^2 per example,
+on the [CLS] token only) and classifier (2*H*labels): these are negligible (the
+pooler is ~1/(S*L*(2+I/H)) of the dense FLOPs; the JSON records its share).
+
+Matmul peaks: a subprocess times float32 n x n matmuls (TF, intra-op threads T set
+before any op; best of --peak_repeats windows of --peak_secs), in TFLOP/s = 2*n^3 /
+time. Per-process MFU divides a process's achieved model TFLOP/s by the peak of ONE
+process at T threads running alone. For P > 1, P such subprocesses also run at once
+(synchronized start) and their summed rate is the aggregate peak of the machine
+for that setting; "global MFU" divides the job's TFLOP/s by it. With --gpu the
+peaks are GPU matmuls in float32 (TF's default, TF32 allowed), bfloat16 and float16.
+
+Writes a markdown table to stdout and all raw numbers, the configuration and the
+machine (cores, CPU model, TF version) to --json_out (default
+<work_dir>/benchmark.json).
+"""
+
+import argparse
+import json
+import os
+import platform
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+WARMUP_STEPS = 5  # train_metrics.ThroughputHook's default; excluded from timing.
+STDERR_TAIL_LINES = 20
+
+
+class BenchmarkError(RuntimeError):
+  """A problem that ends the benchmark with one clear message."""
+
+
+# ----------------------------------------------------------------------------
+# Command line
+
+
+def parse_args(argv=None):
+  """The benchmark's flags."""
+  p = argparse.ArgumentParser(
+      description="Throughput/MFU benchmark of run_classifier.py on synthetic data.",
+      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+  p.add_argument("--settings", default=None,
+                 help="Comma-separated PxT (processes x threads per process); with "
+                 "--gpu, process counts (one GPU each). Default 1x1,1x2,2x1; with "
+                 "--gpu 1,2,4,... up to the GPUs nvidia-smi lists.")
+  p.add_argument("--steps", type=int, default=30,
+                 help="Training steps per setting, including %d untimed warm-up "
+                 "steps (the default benchmark takes ~5 min on 2 idle cores)."
+                 % WARMUP_STEPS)
+  p.add_argument("--batch", type=int, default=16, help="Batch size per process.")
+  p.add_argument("--num_hidden_layers", type=int, default=6)
+  p.add_argument("--hidden_size", type=int, default=384)
+  p.add_argument("--num_attention_heads", type=int, default=12)
+  p.add_argument("--intermediate_size", type=int, default=1536)
+  p.add_argument("--max_seq_length", type=int, default=128)
+  p.add_argument("--vocab_size", type=int, default=30522,
+                 help="Vocabulary rows (30522 = BERT-base's uncased vocab).")
+  p.add_argument("--num_examples", type=int, default=0,
+                 help="Lines of train.tsv (0 = enough for 4 global batches of the "
+                 "largest setting, at least 256; the input repeats).")
+  p.add_argument("--work_dir", default=None,
+                 help="Where the task and runs go (default: a new temporary dir, kept).")
+  p.add_argument("--json_out", default=None,
+                 help="Results JSON (default <work_dir>/benchmark.json).")
+  p.add_argument("--gpu", action="store_true",
+                 help="GPU benchmark: settings are process counts, one GPU each.")
+  p.add_argument("--extra_args", default="",
+                 help="Extra flags passed to run_classifier.py, e.g. "
+                 "'--use_xla --use_amp' (use --extra_args=\"...\").")
+  p.add_argument("--matmul_n", type=int, default=0,
+                 help="Matmul size for the peak (0 = 2048 on CPU, 8192 on GPU).")
+  p.add_argument("--peak_secs", type=float, default=2.0,
+                 help="Seconds of one timed matmul window.")
+  p.add_argument("--peak_repeats", type=int, default=3,
+                 help="Timed windows per peak measurement (the best counts).")
+  p.add_argument("--skip_peak", action="store_true",
+                 help="Do not measure matmul peaks (no MFU columns).")
+  p.add_argument("--horovodrun", default=None,
+                 help="horovodrun executable (default: on PATH or next to python).")
+  p.add_argument("--script", default=os.path.join(ROOT, "run_classifier.py"),
+                 help="The training script.")
+  p.add_argument("--timeout", type=float, default=1800,
+                 help="Seconds before one training run is killed.")
+  p.add_argument("--seed", type=int, default=12345, help="Seed of the synthetic data.")
+  args = p.parse_args(argv)
+  if args.settings is None:
+    args.settings = default_gpu_settings() if args.gpu else "1x1,1x2,2x1"
+  if args.matmul_n <= 0:
+    args.matmul_n = 8192 if args.gpu else 2048
+  return args
+
+
+def default_gpu_settings():
+  """'1,2,4,...' up to the number of GPUs `nvidia-smi -L` lists ('1' if unknown)."""
+  try:
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
+                         timeout=60).stdout
+    count = sum(line.startswith("GPU ") for line in out.splitlines())
+  except (OSError, subprocess.SubprocessError):
+    count = 0
+  counts, p = [], 1
+  while p <= max(count, 1):
+    counts.append(str(p))
+    p *= 2
+  return ",".join(counts)
+
+
+def parse_settings(text, gpu):
+  """'1x1,1x2,2x1' -> [(1, 1), (1, 2), (2, 1)]; with gpu, '1,2' -> [(1, 0), (2, 0)].
+
+  Threads 0 means "not set" (GPU runs). Raises BenchmarkError on a bad item.
+  """
+  settings = []
+  for item in (s.strip() for s in text.split(",")):
+    if not item:
+      continue
+    try:
+      if gpu:
+        p, t = int(item), 0
+      else:
+        p_text, t_text = item.lower().split("x")
+        p, t = int(p_text), int(t_text)
+    except ValueError:
+      raise BenchmarkError("--settings: bad item %r (expected %s)" %
+                           (item, "a process count" if gpu else "PxT, e.g. 2x1"))
+    if p < 1 or (not gpu and t < 1):
+      raise BenchmarkError("--settings: %r must have positive counts" % item)
+    if (p, t) not in settings:
+      settings.append((p, t))
+  if not settings:
+    raise BenchmarkError("--settings: no setting given")
+  return settings
+
+
+def setting_name(processes, threads):
+  """'2x1' for CPU settings, '2' for GPU ones (threads == 0)."""
+  return "%dx%d" % (processes, threads) if threads else "%d" % processes
+
+
+def validate_args(args):
+  """Checks flag values; raises BenchmarkError."""
+  for name in ("steps", "batch", "num_hidden_layers", "hidden_size",
+               "num_attention_heads", "intermediate_size", "max_seq_length",
+               "peak_repeats"):
+    if getattr(args, name) < 1:
+      raise BenchmarkError("--%s must be positive" % name)
+  if args.steps <= WARMUP_STEPS:
+    raise BenchmarkError("--steps must exceed the %d warm-up steps" % WARMUP_STEPS)
+  if args.hidden_size % args.num_attention_heads:
+    raise BenchmarkError("--hidden_size must be a multiple of --num_attention_heads")
+  if args.vocab_size < len(SPECIAL_TOKENS) + 1:
+    raise BenchmarkError("--vocab_size must be at least %d" % (len(SPECIAL_TOKENS) + 1))
+  if args.max_seq_length < 3:
+    raise BenchmarkError("--max_seq_length must be at least 3")
+  if not os.path.isfile(args.script):
+    raise BenchmarkError("--script: %s not found" % args.script)
+
+
+# ----------------------------------------------------------------------------
+# Synthetic task
+
+
+def bert_config_dict(args):
+  """The bert_config.json contents (Google's keys) for the benchmark flags."""
+  return {
+      "vocab_size": args.vocab_size, "hidden_size": args.hidden_size,
+      "num_hidden_layers": args.num_hidden_layers,
+      "num_attention_heads": args.num_attention_heads,
+      "intermediate_size": args.intermediate_size, "hidden_act": "gelu",
+      "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+      "max_position_embeddings": max(512, args.max_seq_length),
+      "type_vocab_size": 2, "initializer_range": 0.02,
+  }
+
+
+def write_vocab(path, vocab_size):
+  """vocab.txt: the 5 special tokens, then w0 .. w{vocab_size-6}."""
+  words = SPECIAL_TOKENS + ["w%d" % i for i in range(vocab_size - len(SPECIAL_TOKENS))]
+  with open(path, "w", encoding="utf-8") as f:
+    f.write("\n".join(words) + "\n")
+
+
+def write_train_tsv(path, num_examples, seq_length, vocab_size, seed):
+  """train.tsv: `label<TAB>` + seq_length random words; labels random 0/1.
+
+  seq_length words are more than the seq_length - 2 that fit next to [CLS] and
+  [SEP], so every example fills the sequence (no padding).
+  """
+  rng = random.Random(seed)
+  num_words = vocab_size - len(SPECIAL_TOKENS)
+  with open(path, "w", encoding="utf-8") as f:
+    for _ in range(num_examples):
+      words = " ".join("w%d" % rng.randrange(num_words) for _ in range(seq_length))
+      f.write("%d\t%s\n" % (rng.randint(0, 1), words))
+
+
+def write_task(task_dir, args, num_examples):
+  """Writes vocab.txt, bert_config.json and train.tsv; returns their paths."""
+  os.makedirs(task_dir, exist_ok=True)
+  paths = {"data_dir": task_dir,
+           "vocab_file": os.path.join(task_dir, "vocab.txt"),
+           "bert_config_file": os.path.join(task_dir, "bert_config.json")}
+  write_vocab(paths["vocab_file"], args.vocab_size)
+  with open(paths["bert_config_file"], "w") as f:
+    json.dump(bert_config_dict(args), f, indent=2)
+  write_train_tsv(os.path.join(task_dir, "train.tsv"), num_examples,
+                  args.max_seq_length, args.vocab_size, args.seed)
+  return paths
+
+
+def default_num_examples(args, settings):
+  """Enough lines for 4 global batches of the largest setting (at least 256)."""
+  if args.num_examples > 0:
+    return args.num_examples
+  return max(256, 4 * args.batch * max(p for p, _ in settings))
+
+
+# ----------------------------------------------------------------------------
+# FLOPs
+
+
+def encoder_matmul_params(config):
+  """Weights of the encoder's matmul kernels: L * (4*H^2 + 2*H*I).
+
+  Counted from modeling.expected_checkpoint_shapes (kernels under bert/encoder/),
+  so it follows the model code rather than a copy of the formula.
+  """
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  import modeling  # pylint: disable=import-outside-toplevel
+  return sum(int(np.prod(shape))
+             for name, shape in modeling.expected_checkpoint_shapes(config).items()
+             if name.startswith("bert/encoder/") and name.endswith("/kernel"))
+
+
+def train_flops_per_example(config, seq_length):
+  """Model FLOPs of one training example (3x forward); see the module docstring.
+
+  Args:
+    config: modeling.BertConfig (or any object with its attributes).
+    seq_length: int, tokens per example (S).
+
+  Returns:
+    dict with matmul_params (N_mm), forward_dense, forward_attention,
+    forward_total, train_total (= 6*N_mm*S + 12*L*S^2*H) and pooler_share.
+  """
+  n_mm = encoder_matmul_params(config)
+  s, l, h = seq_length, config.num_hidden_layers, config.hidden_size
+  dense = 2 * n_mm * s
+  attention = 2 * 2 * s * s * h * l
+  forward = dense + attention
+  return {
+      "matmul_params": n_mm, "forward_dense": dense, "forward_attention": attention,
+      "forward_total": forward, "train_total": 3 * forward,
+      "pooler_share": (2 * h * h) / float(forward),
+  }
+
+
+def flops_report(config, seq_length, flops):
+  """Human-readable lines of the FLOPs formula with this config's numbers."""
+  s, l, h, i = (seq_length, config.num_hidden_layers, config.hidden_size,
+                config.intermediate_size)
+  return [
+      "model FLOPs per training example = 6 * N_mm * S + 12 * L * S^2 * H",
+      "  N_mm = L * (4*H^2 + 2*H*I) = %d * (4*%d^2 + 2*%d*%d) = %d encoder matmul "
+      "weights" % (l, h, h, i, flops["matmul_params"]),
+      "  S=%d L=%d H=%d: 6*N_mm*S = %.4g, 12*L*S^2*H = %.4g, total %.4g FLOPs "
+      "(%.3f GFLOP)" % (s, l, h, 3 * flops["forward_dense"],
+                        3 * flops["forward_attention"], flops["train_total"],
+                        flops["train_total"] / 1e9),
+      "  not counted: embeddings (gathers), biases, LayerNorm, softmax, GELU, "
+      "optimizer; pooler + classifier are negligible (pooler %.3f%% of forward)" %
+      (100 * flops["pooler_share"]),
+  ]
+
+
+# ----------------------------------------------------------------------------
+# Matmul peaks (subprocesses)
+
+MATMUL_WORKER = r"""
+import json, os, sys, time
+spec = json.loads(sys.argv[1])
+import tensorflow as tf
+if spec["threads"]:
+  tf.config.threading.set_intra_op_parallelism_threads(spec["threads"])
+  tf.config.threading.set_inter_op_parallelism_threads(1)
+dtype = getattr(tf, spec["dtype"])
+n = spec["n"]
+with tf.device(spec["device"]):
+  a = tf.cast(tf.random.normal((n, n), seed=1), dtype)
+  b = tf.cast(tf.random.normal((n, n), seed=2), dtype)
+  def batch(k):
+    c = None
+    for _ in range(k):
+      c = tf.matmul(a, b)
+    return float(tf.cast(c[0, 0], tf.float32).numpy())  # waits for the device
+  batch(2)
+  t0 = time.perf_counter()
+  batch(1)
+  one = max(time.perf_counter() - t0, 1e-6)
+  k = max(1, int(0.05 / one))  # about 50 ms between synchronizations
+  open(os.path.join(spec["sync_dir"], "ready-%d" % spec["index"]), "w").close()
+  deadline = time.time() + 600
+  while not os.path.exists(os.path.join(spec["sync_dir"], "go")):
+    if time.time() > deadline:
+      sys.exit("matmul worker: no start signal")
+    time.sleep(0.005)
+  rates = []
+  for _ in range(spec["repeats"]):
+    count, t0 = 0, time.perf_counter()
+    while True:
+      batch(k)
+      count += k
+      elapsed = time.perf_counter() - t0
+      if elapsed >= spec["secs"]:
+        break
+    rates.append(2.0 * n ** 3 * count / elapsed / 1e12)
+print("MATMUL_RESULT " + json.dumps({"rates_tflops": rates, "tf_version": tf.__version__,
+      "gpus": [d.name for d in tf.config.list_physical_devices("GPU")]}))
+"""
+
+
+def worker_env(gpu, index, threads):
+  """Environment of a training run or matmul worker (CPU runs hide GPUs)."""
+  env = dict(os.environ)
+  env["PYTHONUNBUFFERED"] = "1"
+  if gpu:
+    if index is not None:
+      env["CUDA_VISIBLE_DEVICES"] = str(index)
+  else:
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    if threads:
+      env["OMP_NUM_THREADS"] = str(threads)
+  return env
+
+
+def measure_matmul_peak(processes, threads, n, dtype, gpu, secs, repeats, timeout=900):
+  """Runs `processes` matmul workers at once; returns their per-window rates.
+
+  Every worker warms up, then all start timing together (a file signal). With
+  gpu, worker i sees only GPU i.
+
+  Returns:
+    dict: per_process_best (best window of each worker), aggregate_best (the best
+    window's sum over workers), tf_version, gpus.
+  """
+  sync_dir = tempfile.mkdtemp(prefix="bench-matmul-")
+  procs = []
+  try:
+    for i in range(processes):
+      spec = {"n": n, "threads": threads, "dtype": dtype, "secs": secs,
+              "repeats": repeats, "index": i, "sync_dir": sync_dir,
+              "device": "/GPU:0" if gpu else "/CPU:0"}
+      # stderr goes to a file: TF's log lines must not fill a pipe nobody reads yet.
+      with open(os.path.join(sync_dir, "stderr-%d" % i), "w") as err:
+        procs.append(subprocess.Popen(
+            [sys.executable, "-c", MATMUL_WORKER, json.dumps(spec)],
+            env=worker_env(gpu, i if gpu else None, threads), stdout=subprocess.PIPE,
+            stderr=err, text=True, start_new_session=True))
+    wait_for_ready(procs, sync_dir, timeout)
+    open(os.path.join(sync_dir, "go"), "w").close()
+    results = [collect_worker(p, i, sync_dir, timeout) for i, p in enumerate(procs)]
+  finally:
+    for p in procs:
+      if p.poll() is None:
+        kill_group(p)
+    shutil.rmtree(sync_dir, ignore_errors=True)
+  windows = list(zip(*[r["rates_tflops"] for r in results]))
+  return {"processes": processes, "threads": threads, "dtype": dtype, "n": n,
+          "per_process_best": [max(r["rates_tflops"]) for r in results],
+          "aggregate_best": max(sum(w) for w in windows),
+          "windows_tflops": [list(w) for w in windows],
+          "tf_version": results[0]["tf_version"], "gpus": results[0]["gpus"]}
+
+
+def wait_for_ready(procs, sync_dir, timeout):
+  """Waits until every matmul worker has warmed up; raises if one died."""
+  deadline = time.time() + timeout
+  while True:
+    ready = sum(os.path.exists(os.path.join(sync_dir, "ready-%d" % i))
+                for i in range(len(procs)))
+    if ready == len(procs):
+      return
+    for i, p in enumerate(procs):
+      if p.poll() is not None:
+        collect_worker(p, i, sync_dir, timeout)  # raises with its stderr
+    if time.time() > deadline:
+      raise BenchmarkError("matmul workers not ready after %ds" % timeout)
+    time.sleep(0.05)
+
+
+def collect_worker(proc, index, sync_dir, timeout):
+  """The JSON result line of matmul worker `index`, or a BenchmarkError."""
+  try:
+    out, _ = proc.communicate(timeout=timeout)
+  except subprocess.TimeoutExpired:
+    kill_group(proc)
+    raise BenchmarkError("matmul worker timed out after %ds" % timeout)
+  for line in out.splitlines():
+    if line.startswith("MATMUL_RESULT "):
+      return json.loads(line[len("MATMUL_RESULT "):])
+  err = read_text(os.path.join(sync_dir, "stderr-%d" % index))
+  raise BenchmarkError("matmul worker failed (exit code %s); last lines of its "
+                       "stderr:\n%s" % (proc.returncode, tail(err)))
+
+
+def measure_peaks(settings, args):
+  """Matmul peaks for the settings.
+
+  Returns:
+    dict name -> measurement; names "T<t>" (one process at t threads, CPU),
+    "P<p>xT<t>" (p processes at once), on GPU "<dtype>" and "<dtype>x<p>".
+  """
+  peaks = {}
+  dtypes = ["float32", "bfloat16", "float16"] if args.gpu else ["float32"]
+  for dtype in dtypes:
+    suffix = "" if dtype == "float32" else "-" + dtype
+    for p, t in sorted(set((1, t) for _, t in settings)) + sorted(
+        set((p, t) for p, t in settings if p > 1)):
+      key = peak_key(p, t) + suffix
+      log("measuring matmul peak %s (%d process(es) x %s, %s, n=%d)" %
+          (key, p, "%d thread(s)" % t if t else "1 GPU", dtype, args.matmul_n))
+      peaks[key] = measure_matmul_peak(p, t, args.matmul_n, dtype, args.gpu,
+                                       args.peak_secs, args.peak_repeats)
+  return peaks
+
+
+def peak_key(processes, threads):
+  """Key of a peak measurement in the results: 'T2', 'P2xT1', 'GPU', 'P2xGPU'."""
+  unit = "T%d" % threads if threads else "GPU"
+  return unit if processes == 1 else "P%dx%s" % (processes, unit)
+
+
+# ----------------------------------------------------------------------------
+# Training runs
+
+
+def find_horovodrun(explicit):
+  """The horovodrun executable, or a BenchmarkError saying how to get it."""
+  candidates = [explicit] if explicit else [
+      shutil.which("horovodrun"),
+      os.path.join(os.path.dirname(sys.executable), "horovodrun")]
+  for c in candidates:
+    if c and os.path.isfile(c) and os.access(c, os.X_OK):
+      return c
+  raise BenchmarkError(
+      "horovodrun not found%s; install Horovod (bash scripts/setup.sh) and activate "
+      "its venv, or pass --horovodrun PATH" % (" at %s" % explicit if explicit else
+                                                " on PATH or next to %s" %
+                                                sys.executable))
+
+
+def classifier_command(horovodrun, args, paths, processes, threads, output_dir):
+  """The horovodrun command line of one training run."""
+  cmd = [horovodrun, "-np", str(processes), "--gloo", sys.executable, args.script,
+         "--task_name=tsv", "--do_train",
+         "--data_dir=" + paths["data_dir"], "--vocab_file=" + paths["vocab_file"],
+         "--bert_config_file=" + paths["bert_config_file"],
+         "--output_dir=" + output_dir,
+         "--max_seq_length=%d" % args.max_seq_length,
+         "--train_batch_size=%d" % args.batch,
+         "--max_train_steps=%d" % args.steps, "--num_train_epochs=1000",
+         "--save_checkpoints_steps=100000", "--log_every_secs=30",
+         "--seed=%d" % args.seed]
+  if threads:
+    cmd += ["--intra_op_threads=%d" % threads, "--inter_op_threads=1"]
+  return cmd + args.extra_args.split()
+
+
+def run_training(cmd, run_dir, env, timeout):
+  """Runs one training job, logs in run_dir; returns (wall seconds, metrics dict).
+
+  Raises BenchmarkError with the exit code and the last lines of stderr if the job
+  fails, times out or writes no train_metrics.json.
+  """
+  stdout_path = os.path.join(run_dir, "stdout.log")
+  stderr_path = os.path.join(run_dir, "stderr.log")
+  t0 = time.time()
+  with open(stdout_path, "w") as out, open(stderr_path, "w") as err:
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=err,
+                            start_new_session=True)
+    try:
+      code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+      kill_group(proc)
+      code = "timeout after %ds" % timeout
+  wall = time.time() - t0
+  metrics_path = os.path.join(run_dir, "output", "train_metrics.json")
+  if code != 0 or not os.path.isfile(metrics_path):
+    text = read_text(stderr_path) or read_text(stdout_path)
+    worker_lines, worker_code = split_launcher_output(text)
+    raise BenchmarkError(
+        "training run failed (exit code %s%s%s): %s\nlast %d lines of the "
+        "processes' stderr (all of it in %s):\n%s" % (
+            code, "; first failed process exited with %s" % worker_code
+            if worker_code else "", "" if code != 0 else ", but no train_metrics.json",
+            " ".join(cmd), STDERR_TAIL_LINES, stderr_path,
+            tail("\n".join(worker_lines) if worker_lines else text)))
+  with open(metrics_path) as f:
+    return wall, json.load(f)
+
+
+def split_launcher_output(text):
+  """(lines the ranks wrote to stderr, exit code horovodrun reports or None).
+
+  horovodrun prefixes each rank's stderr line with `[rank]<stderr>:` and, when a
+  rank fails, appends its own traceback ending in `Exit code: N`.
+  """
+  worker, code = [], None
+  for line in text.splitlines():
+    match = re.match(r"^\[\d+\]<stderr>:", line)
+    if match:
+      worker.append(line)
+    elif line.strip().startswith("Exit code:"):
+      code = line.split(":", 1)[1].strip()
+  return worker, code
+
+
+def run_setting(horovodrun, args, paths, processes, threads):
+  """Trains one setting in a fresh directory; returns its raw record."""
+  name = setting_name(processes, threads)
+  run_dir = os.path.join(args.work_dir, "runs", name)
+  shutil.rmtree(run_dir, ignore_errors=True)
+  os.makedirs(run_dir)
+  cmd = classifier_command(horovodrun, args, paths, processes, threads,
+                           os.path.join(run_dir, "output"))
+  log("running %s: %s" % (name, " ".join(cmd)))
+  wall, metrics = run_training(cmd, run_dir, worker_env(args.gpu, None, threads),
+                               args.timeout)
+  log("  %s: %.1f examples/sec global, step p50 %.3fs, %.0fs wall" % (
+      name, metrics["examples_per_sec_global"], metrics["step_time_p50_s"], wall))
+  return {"setting": name, "processes": processes, "threads": threads,
+          "command": cmd, "wall_s": wall, "run_dir": run_dir, "metrics": metrics}
+
+
+def kill_group(proc):
+  """Kills a child started with start_new_session=True and its process group."""
+  try:
+    os.killpg(proc.pid, signal.SIGKILL)
+  except (ProcessLookupError, PermissionError):
+    pass
+  proc.wait()
+
+
+# ----------------------------------------------------------------------------
+# Derived numbers and output
+
+
+def derive(runs, peaks, flops_per_example, gpu):
+  """Adds achieved TFLOP/s, MFU and scaling to every run record (in place)."""
+  rate = {(r["processes"], r["threads"]): r["metrics"]["examples_per_sec_global"]
+          for r in runs}
+  for r in runs:
+    p, t = r["processes"], r["threads"]
+    m = r["metrics"]
+    d = {"achieved_tflops_global": m["examples_per_sec_global"] * flops_per_example / 1e12,
+         "achieved_tflops_per_process":
+             m["examples_per_sec_per_process"] * flops_per_example / 1e12}
+    base = rate.get((1, t))
+    if p == 1 and t and (1, 1) in rate and rate[(1, 1)] > 0:
+      d["speedup_vs_1x1"] = m["examples_per_sec_global"] / rate[(1, 1)]
+    if p > 1 and base:
+      d["scaling_efficiency"] = m["examples_per_sec_global"] / (p * base)
+    for suffix in ([""] + (["-bfloat16", "-float16"] if gpu else [])):
+      one = peaks.get(peak_key(1, t) + suffix)
+      if one:
+        d["per_process_mfu" + suffix] = (d["achieved_tflops_per_process"] /
+                                         max(one["per_process_best"]))
+      agg = peaks.get(peak_key(p, t) + suffix)
+      if agg:
+        d["global_mfu" + suffix] = d["achieved_tflops_global"] / agg["aggregate_best"]
+    r["derived"] = d
+  return runs
+
+
+def comparisons(runs):
+  """Lines comparing equal-core settings: Px1 vs 1x1 (efficiency), Px1 vs 1xP."""
+  by = {(r["processes"], r["threads"]): r for r in runs}
+  lines = []
+  for (p, t), r in sorted(by.items()):
+    if t != 1 or p == 1:
+      continue
+    g = r["metrics"]["examples_per_sec_global"]
+    if (1, 1) in by:
+      lines.append("%dx1 vs 1x1 scaling efficiency: %.1f%% (%.2f vs %d x %.2f "
+                   "examples/sec)" % (p, 100 * r["derived"]["scaling_efficiency"], g, p,
+                                      by[(1, 1)]["metrics"]["examples_per_sec_global"]))
+    if (1, p) in by:
+      other = by[(1, p)]["metrics"]["examples_per_sec_global"]
+      lines.append("%dx1 vs 1x%d speedup (same cores): %.2fx (%.2f vs %.2f "
+                   "examples/sec)" % (p, p, g / other, g, other))
+  return lines
+
+
+def pct(value):
+  return "%.1f%%" % (100 * value) if value is not None else "n/a"
+
+
+def scaling_cell(r):
+  """Scaling-efficiency cell: efficiency for P>1, speedup for 1xT, baseline 1x1."""
+  d = r["derived"]
+  if r["processes"] > 1:
+    return pct(d.get("scaling_efficiency"))
+  if r["threads"] <= 1:
+    return "1.00 (baseline)"
+  return "speedup %.2fx" % d["speedup_vs_1x1"] if "speedup_vs_1x1" in d else "n/a"
+
+
+def format_table(runs, peaks, gpu):
+  """The results as a markdown table (plus a table of the matmul peaks)."""
+  head = ["processes" if gpu else "processes x threads", "global examples/sec",
+          "per-process examples/sec",
+          "scaling efficiency vs 1" if gpu else
+          "scaling efficiency vs 1x1 (PxT: vs P x 1xT; 1xT: speedup)",
+          "step p50 (s)", "achieved TFLOP/s (global)",
+          "per-process MFU (%% of 1-process %s peak)" % ("fp32" if gpu else "T-thread"),
+          "global MFU (% of P-process aggregate peak)"]
+  if gpu:
+    head += ["per-process MFU vs bf16 peak", "per-process MFU vs fp16 peak"]
+  rows = []
+  for r in runs:
+    m, d = r["metrics"], r["derived"]
+    row = [r["setting"], "%.2f" % m["examples_per_sec_global"],
+           "%.2f" % m["examples_per_sec_per_process"], scaling_cell(r),
+           "%.3f" % m["step_time_p50_s"], "%.4f" % d["achieved_tflops_global"],
+           pct(d.get("per_process_mfu")), pct(d.get("global_mfu"))]
+    if gpu:
+      row += [pct(d.get("per_process_mfu-bfloat16")), pct(d.get("per_process_mfu-float16"))]
+    rows.append(row)
+  lines = markdown(head, rows)
+  if peaks:
+    lines += [""] + markdown(
+        ["matmul peak", "processes", "threads each", "dtype", "n",
+         "per-process TFLOP/s (best)", "aggregate TFLOP/s"],
+        [[k, str(v["processes"]), str(v["threads"] or "GPU"), v["dtype"], str(v["n"]),
+          ", ".join("%.4f" % x for x in v["per_process_best"]),
+          "%.4f" % v["aggregate_best"]] for k, v in peaks.items()])
+  return lines
+
+
+def markdown(head, rows):
+  """Lines of a markdown table."""
+  lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+  return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+def machine_info(peaks):
+  """Cores, CPU model, load, Python/TF/Horovod versions (TF from a peak worker)."""
+  info = {"nproc": os.cpu_count(), "platform": platform.platform(),
+          "python": platform.python_version(), "cpu_model": cpu_model(),
+          "loadavg": list(os.getloadavg())}
+  try:
+    info["usable_cores"] = len(os.sched_getaffinity(0))
+  except AttributeError:
+    pass
+  try:
+    from importlib import metadata  # pylint: disable=import-outside-toplevel
+    info["horovod_version"] = metadata.version("horovod")
+  except Exception:  # pylint: disable=broad-except
+    info["horovod_version"] = None
+  if peaks:
+    first = next(iter(peaks.values()))
+    info["tf_version"], info["gpus"] = first["tf_version"], first["gpus"]
+  else:
+    import tensorflow as tf  # pylint: disable=import-outside-toplevel
+    info["tf_version"] = tf.__version__
+  return info
+
+
+def cpu_model():
+  """The 'model name' of /proc/cpuinfo, or platform.processor()."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or "unknown"
+
+
+def tail(text, n=STDERR_TAIL_LINES):
+  """The last n lines of text, indented."""
+  lines = (text or "").rstrip("\n").splitlines()[-n:]
+  return "\n".join("    " + l for l in lines) if lines else "    (empty)"
+
+
+def read_text(path):
+  try:
+    with open(path, errors="replace") as f:
+      return f.read()
+  except OSError:
+    return ""
+
+
+def log(message):
+  sys.stderr.write("[benchmark] %s\n" % message)
+  sys.stderr.flush()
+
+
+def write_json(path, data):
+  """Writes data as JSON through a temporary file and a rename."""
+  tmp = path + ".tmp-%d" % os.getpid()
+  with open(tmp, "w") as f:
+    json.dump(data, f, indent=2)
+    f.write("\n")
+  os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------
+
+
+def run_benchmark(args):
+  """Runs everything; returns the results dict (also written to args.json_out)."""
+  t_start = time.time()
+  validate_args(args)
+  settings = parse_settings(args.settings, args.gpu)
+  horovodrun = find_horovodrun(args.horovodrun)
+  if not args.work_dir:
+    args.work_dir = tempfile.mkdtemp(prefix="bert-benchmark-")
+  os.makedirs(args.work_dir, exist_ok=True)
+  args.json_out = args.json_out or os.path.join(args.work_dir, "benchmark.json")
+  load_before = os.getloadavg()
+  if not args.gpu and load_before[0] > 0.5:
+    log("warning: load average %.2f before starting; the machine is not quiet, "
+        "numbers will be noisy" % load_before[0])
+
+  import modeling  # pylint: disable=import-outside-toplevel
+  config = modeling.BertConfig.from_dict(bert_config_dict(args))
+  flops = train_flops_per_example(config, args.max_seq_length)
+  report = flops_report(config, args.max_seq_length, flops)
+  for line in report:
+    log(line)
+  num_examples = default_num_examples(args, settings)
+  paths = write_task(os.path.join(args.work_dir, "task"), args, num_examples)
+  log("task: %d examples of %d tokens in %s" % (num_examples, args.max_seq_length,
+                                                 paths["data_dir"]))
+
+  peaks = {} if args.skip_peak else measure_peaks(settings, args)
+  runs = [run_setting(horovodrun, args, paths, p, t) for p, t in settings]
+  derive(runs, peaks, flops["train_total"], args.gpu)
+  results = {
+      "config": {"args": vars(args), "bert_config": bert_config_dict(args),
+                 "num_examples": num_examples, "settings": [setting_name(p, t)
+                                                            for p, t in settings]},
+      "flops": dict(flops, formula="6 * N_mm * S + 12 * L * S^2 * H", lines=report),
+      "machine": dict(machine_info(peaks), loadavg_before=list(load_before)),
+      "peaks": peaks, "runs": runs, "comparisons": comparisons(runs),
+      "total_wall_s": time.time() - t_start,
+  }
+  results["table"] = format_table(runs, peaks, args.gpu)
+  write_json(args.json_out, results)
+  return results
+
+
+def main(argv=None):
+  """Entry point; returns the exit status (1 on a BenchmarkError)."""
+  args = parse_args(argv)
+  try:
+    results = run_benchmark(args)
+  except BenchmarkError as e:
+    sys.stderr.write("benchmark.py: error: %s\n" % e)
+    return 1
+  print("\n".join(results["flops"]["lines"]))
+  print()
+  print("\n".join(results["table"]))
+  print()
+  for line in results["comparisons"]:
+    print(line)
+  m = results["machine"]
+  print("\nmachine: %s cores, %s, TF %s, load average %.2f before / %.2f after; "
+        "total wall %.0fs" % (m["nproc"], m["cpu_model"], m["tf_version"],
+                              m["loadavg_before"][0], m["loadavg"][0],
+                              results["total_wall_s"]))
+  print("results: %s" % args.json_out)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Starts run_classifier.py on one or more hosts through `horovodrun`.
+#
+#   scripts/run_horovodrun.sh --np 8 --hosts node1:4,node2:4 -- \
+#       --task_name=tsv --do_train --data_dir=... --output_dir=...
+#
+# Everything after `--` is passed to run_classifier.py unchanged.
+#
+# Options:
+#   --np N                     total number of processes (required)
+#   --hosts H                  host list, e.g. node1:4,node2:4 (horovodrun -H)
+#   --hostfile F               hostfile, one `host slots=N` a line (horovodrun -hostfile)
+#   --network_interface IF     NIC(s) to use, e.g. eth0 or eth0,ib0 (repeatable)
+#   --gloo | --mpi             controller; horovodrun picks one when neither is given
+#   --timeline FILE            write a Horovod timeline (--timeline-filename)
+#   --stall_warning_secs S     warn about ranks stalled for S seconds
+#   --stall_shutdown_secs S    abort the job when ranks stall for S seconds
+#   --ssh_port P               SSH port of the hosts (horovodrun -p)
+#   --start_timeout S          horovodrun's start-up check timeout
+#   --output_filename DIR      per-rank stdout/stderr under DIR (horovodrun)
+#   --verbose                  horovodrun --verbose
+#   --python PATH              interpreter (default: .venv/bin/python of the repo, else python3)
+#   --script PATH              training script (default: run_classifier.py at the repo root)
+#   --horovodrun PATH          horovodrun executable (default: next to --python, else on PATH)
+#   --dry_run                  print the exact command and run nothing
+#   -h, --help                 this help
+#
+# Every host needs the same python, horovod and repository paths, and SSH access
+# without a password from this host (not needed for localhost only).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; }
+die() { echo "run_horovodrun.sh: error: $*" >&2; echo "run 'scripts/run_horovodrun.sh --help' for usage" >&2; exit 2; }
+quote() {  # shell-quotes each word only where needed
+  local out=() a
+  for a in "$@"; do
+    if [[ "$a" =~ ^[A-Za-z0-9_./:=,@%+-]+$ ]]; then out+=("$a"); else out+=("'${a//\'/\'\\\'\'}'"); fi
+  done
+  echo "${out[*]}"
+}
+need() { [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"; }
+
+NP=""; HOSTS=""; HOSTFILE=""; NICS=(); CONTROLLER=""; TIMELINE=""
+STALL_WARN=""; STALL_SHUTDOWN=""; SSH_PORT=""; START_TIMEOUT=""; OUTPUT_FILENAME=""
+VERBOSE=0; DRY_RUN=0; PYTHON=""; SCRIPT="$ROOT/run_classifier.py"; HOROVODRUN=""
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --np) need "$@"; NP="$2"; shift 2 ;;
+    --hosts) need "$@"; HOSTS="$2"; shift 2 ;;
+    --hostfile) need "$@"; HOSTFILE="$2"; shift 2 ;;
+    --network_interface) need "$@"; NICS+=("$2"); shift 2 ;;
+    --gloo) [ "$CONTROLLER" != mpi ] || die "--gloo and --mpi exclude each other"; CONTROLLER=gloo; shift ;;
+    --mpi) [ "$CONTROLLER" != gloo ] || die "--gloo and --mpi exclude each other"; CONTROLLER=mpi; shift ;;
+    --timeline) need "$@"; TIMELINE="$2"; shift 2 ;;
+    --stall_warning_secs) need "$@"; STALL_WARN="$2"; shift 2 ;;
+    --stall_shutdown_secs) need "$@"; STALL_SHUTDOWN="$2"; shift 2 ;;
+    --ssh_port) need "$@"; SSH_PORT="$2"; shift 2 ;;
+    --start_timeout) need "$@"; START_TIMEOUT="$2"; shift 2 ;;
+    --output_filename) need "$@"; OUTPUT_FILENAME="$2"; shift 2 ;;
+    --verbose) VERBOSE=1; shift ;;
+    --python) need "$@"; PYTHON="$2"; shift 2 ;;
+    --script) need "$@"; SCRIPT="$2"; shift 2 ;;
+    --horovodrun) need "$@"; HOROVODRUN="$2"; shift 2 ;;
+    --dry_run) DRY_RUN=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; break ;;
+    *) die "unknown option '$1' (flags of run_classifier.py go after --)" ;;
+  esac
+done
+
+[ -n "$NP" ] || die "--np is required"
+[[ "$NP" =~ ^[1-9][0-9]*$ ]] || die "--np must be a positive integer, got '$NP'"
+[ -z "$HOSTS" ] || [ -z "$HOSTFILE" ] || die "--hosts and --hostfile exclude each other"
+for secs in "$STALL_WARN" "$STALL_SHUTDOWN"; do
+  [ -z "$secs" ] || [[ "$secs" =~ ^[0-9]+$ ]] || die "stall times are whole seconds, got '$secs'"
+done
+if [ -n "$STALL_WARN" ] && [ -n "$STALL_SHUTDOWN" ] && [ "$STALL_SHUTDOWN" -ne 0 ] \
+    && [ "$STALL_SHUTDOWN" -lt "$STALL_WARN" ]; then
+  die "--stall_shutdown_secs ($STALL_SHUTDOWN) must not be below --stall_warning_secs ($STALL_WARN)"
+fi
+
+if [ -z "$PYTHON" ]; then
+  if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
+fi
+if [ -z "$HOROVODRUN" ]; then
+  # The horovodrun installed with the chosen python, else the one on PATH.
+  py_bin="$(dirname "$PYTHON")"
+  if [ "$py_bin" != "." ] && [ -x "$py_bin/horovodrun" ]; then
+    HOROVODRUN="$py_bin/horovodrun"
+  else
+    HOROVODRUN=horovodrun
+  fi
+fi
+
+CMD=("$HOROVODRUN" -np "$NP")
+[ -z "$HOSTS" ] || CMD+=(-H "$HOSTS")
+[ -z "$HOSTFILE" ] || CMD+=(-hostfile "$HOSTFILE")
+for nic in ${NICS[@]+"${NICS[@]}"}; do CMD+=(--network-interface "$nic"); done
+[ -z "$CONTROLLER" ] || CMD+=("--$CONTROLLER")
+[ -z "$TIMELINE" ] || CMD+=(--timeline-filename "$TIMELINE")
+[ -z "$STALL_WARN" ] || CMD+=(--stall-check-warning-time-seconds "$STALL_WARN")
+[ -z "$STALL_SHUTDOWN" ] || CMD+=(--stall-check-shutdown-time-seconds "$STALL_SHUTDOWN")
+[ -z "$SSH_PORT" ] || CMD+=(-p "$SSH_PORT")
+[ -z "$START_TIMEOUT" ] || CMD+=(--start-timeout "$START_TIMEOUT")
+[ -z "$OUTPUT_FILENAME" ] || CMD+=(--output-filename "$OUTPUT_FILENAME")
+[ "$VERBOSE" = 0 ] || CMD+=(--verbose)
+CMD+=("$PYTHON" "$SCRIPT" "$@")
+
+if [ "$DRY_RUN" = 1 ]; then
+  quote "${CMD[@]}"
+  exit 0
+fi
+export PYTHONUNBUFFERED="${PYTHONUNBUFFERED:-1}"
+exec "${CMD[@]}"

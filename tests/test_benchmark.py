@@ -1,0 +1,161 @@
+"""Tests of scripts/benchmark.py: the FLOPs formula, settings, output, a real tiny run."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, requires
+
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import benchmark  # pylint: disable=wrong-import-position
+import modeling  # pylint: disable=wrong-import-position
+
+SCRIPT = os.path.join(ROOT, "scripts", "benchmark.py")
+
+
+def tiny_bert_config(layers=2, hidden=8, heads=2, intermediate=16):
+  return modeling.BertConfig(vocab_size=50, hidden_size=hidden, num_hidden_layers=layers,
+                             num_attention_heads=heads, intermediate_size=intermediate)
+
+
+def test_flops_formula_matches_hand_computation():
+  config = tiny_bert_config(layers=2, hidden=8, intermediate=16)
+  flops = benchmark.train_flops_per_example(config, seq_length=4)
+  # Per layer: Q, K, V, attention output 8x8 each; FFN 8x16 and 16x8.
+  assert flops["matmul_params"] == 2 * (4 * 64 + 8 * 16 + 16 * 8) == 1024
+  # Forward: 2 FLOPs per weight per token; QK^T and AV: 2 * S^2 * H each per layer.
+  assert flops["forward_dense"] == 2 * 1024 * 4 == 8192
+  assert flops["forward_attention"] == 2 * (2 * 4 * 4 * 8) * 2 == 1024
+  # Training = 3x forward = 6 * N_mm * S + 12 * L * S^2 * H.
+  assert flops["train_total"] == 6 * 1024 * 4 + 12 * 2 * 16 * 8 == 27648
+  # N_mm is count_parameters without embeddings less biases, LayerNorms and pooler.
+  h, i, l = 8, 16, 2
+  others = l * (4 * h + i + h + 4 * h) + h * h + h
+  assert modeling.count_parameters(config, include_embeddings=False) == 1024 + others
+
+
+def test_flops_of_the_default_config():
+  args = benchmark.parse_args([])
+  config = modeling.BertConfig.from_dict(benchmark.bert_config_dict(args))
+  flops = benchmark.train_flops_per_example(config, args.max_seq_length)
+  n_mm = 6 * (4 * 384 ** 2 + 2 * 384 * 1536)
+  assert flops["train_total"] == 6 * n_mm * 128 + 12 * 6 * 128 ** 2 * 384
+  assert flops["pooler_share"] < 0.001
+
+
+def test_parse_settings():
+  assert benchmark.parse_settings("1x1, 1x2,2x1,1x1", gpu=False) == [(1, 1), (1, 2),
+                                                                    (2, 1)]
+  assert benchmark.parse_settings("1,2,4", gpu=True) == [(1, 0), (2, 0), (4, 0)]
+  for bad in ("2", "0x1", "1xa", ""):
+    with pytest.raises(benchmark.BenchmarkError, match="--settings"):
+      benchmark.parse_settings(bad, gpu=False)
+
+
+def test_synthetic_task_fills_the_sequence(tmp_path):
+  import run_classifier as rc  # pylint: disable=import-outside-toplevel
+  import tokenization  # pylint: disable=import-outside-toplevel
+  args = benchmark.parse_args(["--vocab_size", "40", "--max_seq_length", "12"])
+  paths = benchmark.write_task(str(tmp_path), args, num_examples=10)
+  vocab = open(paths["vocab_file"]).read().split()
+  assert vocab[:5] == benchmark.SPECIAL_TOKENS and vocab[-1] == "w34" and len(vocab) == 40
+  tokenizer = tokenization.FullTokenizer(paths["vocab_file"], True)
+  examples = rc.TsvProcessor().get_train_examples(paths["data_dir"])
+  assert len(examples) == 10 and {e.label for e in examples} <= {"0", "1"}
+  feature = rc.convert_single_example(0, examples[0], {"0": 0, "1": 1}, 12, tokenizer)
+  assert 0 not in feature.input_ids and all(feature.input_mask)  # no padding, no [PAD]
+  assert tokenizer.vocab["[UNK]"] not in feature.input_ids
+
+
+def fake_runs(gpu):
+  t = 0 if gpu else 1
+  settings = [(1, t), (2, t)] + ([] if gpu else [(1, 2)])
+  runs = [{"setting": benchmark.setting_name(p, tt), "processes": p, "threads": tt,
+           "metrics": {"examples_per_sec_global": 10.0 * p * (0.9 if p > 1 else 1) *
+                       (1.5 if tt == 2 else 1),
+                       "examples_per_sec_per_process": 10.0 * (0.9 if p > 1 else 1),
+                       "step_time_p50_s": 0.5}} for p, tt in settings]
+  peaks = {}
+  for suffix in [""] + (["-bfloat16", "-float16"] if gpu else []):
+    peaks[benchmark.peak_key(1, t) + suffix] = {
+        "processes": 1, "threads": t, "dtype": "float32", "n": 64,
+        "per_process_best": [1.0], "aggregate_best": 1.0}
+    peaks[benchmark.peak_key(2, t) + suffix] = {
+        "processes": 2, "threads": t, "dtype": "float32", "n": 64,
+        "per_process_best": [0.8, 0.8], "aggregate_best": 1.6}
+  return runs, peaks
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_derived_numbers_and_table(gpu):
+  runs, peaks = fake_runs(gpu)
+  benchmark.derive(runs, peaks, flops_per_example=1e11, gpu=gpu)
+  one, two = runs[0]["derived"], runs[1]["derived"]
+  assert two["scaling_efficiency"] == pytest.approx(0.9)
+  assert one["achieved_tflops_global"] == pytest.approx(1.0)
+  assert one["per_process_mfu"] == pytest.approx(1.0)
+  assert two["per_process_mfu"] == pytest.approx(0.9)
+  assert two["global_mfu"] == pytest.approx(18 * 0.1 / 1.6)
+  table = benchmark.format_table(runs, peaks, gpu)
+  assert table[0].startswith("| processes") and "90.0%" in table[2 + 1]
+  if not gpu:
+    assert runs[2]["derived"]["speedup_vs_1x1"] == pytest.approx(1.5)
+    assert "speedup 1.50x" in "\n".join(table)
+    lines = benchmark.comparisons(runs)
+    assert lines[0].startswith("2x1 vs 1x1 scaling efficiency: 90.0%")
+    assert lines[1].startswith("2x1 vs 1x2 speedup (same cores): 1.20x")
+  else:
+    assert "MFU vs bf16 peak" in table[0]
+
+
+def test_missing_horovodrun_is_a_clear_error(capsys):
+  assert benchmark.main(["--horovodrun", "/nonexistent/horovodrun"]) == 1
+  assert "horovodrun not found at /nonexistent/horovodrun" in capsys.readouterr().err
+
+
+@requires("horovodrun")
+def test_failed_run_shows_exit_code_and_stderr_tail(tmp_path, capsys):
+  bad = tmp_path / "bad_script.py"
+  bad.write_text("import sys\nfor i in range(30):\n  sys.stderr.write('line %d\\n' % i)\n"
+                 "sys.exit(3)\n")
+  code = benchmark.main(["--script", str(bad), "--settings", "1x1", "--steps", "6",
+                         "--skip_peak", "--vocab_size", "20", "--max_seq_length", "8",
+                         "--num_hidden_layers", "1", "--hidden_size", "8",
+                         "--num_attention_heads", "2", "--intermediate_size", "8",
+                         "--work_dir", str(tmp_path / "work")])
+  err = capsys.readouterr().err
+  assert code == 1
+  assert "training run failed (exit code 1; first failed process exited with 3)" in err
+  assert "last 20 lines" in err
+  assert "<stderr>:line 29" in err and "<stderr>:line 10" in err
+  assert "<stderr>:line 9\n" not in err and "Traceback" not in err
+
+
+@requires("horovodrun")
+def test_real_tiny_benchmark(tmp_path):
+  work = tmp_path / "work"
+  cmd = [sys.executable, SCRIPT, "--num_hidden_layers", "1", "--hidden_size", "32",
+         "--num_attention_heads", "2", "--intermediate_size", "64",
+         "--max_seq_length", "16", "--vocab_size", "200", "--settings", "1x1,2x1",
+         "--steps", "8", "--batch", "4", "--work_dir", str(work),
+         "--matmul_n", "256", "--peak_secs", "0.3", "--peak_repeats", "1"]
+  proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  results = json.load(open(work / "benchmark.json"))
+  runs = {r["setting"]: r for r in results["runs"]}
+  assert set(runs) == {"1x1", "2x1"}
+  for name, r in runs.items():
+    assert r["metrics"]["examples_per_sec_global"] > 0, name
+    assert r["metrics"]["steps_timed"] == 3
+    assert r["derived"]["achieved_tflops_global"] > 0
+    assert r["derived"]["per_process_mfu"] > 0
+  assert runs["2x1"]["metrics"]["global_batch"] == 8
+  assert results["peaks"]["T1"]["aggregate_best"] > 0
+  assert len(results["peaks"]["P2xT1"]["per_process_best"]) == 2
+  assert results["machine"]["nproc"] >= 1 and results["machine"]["tf_version"]
+  assert "| processes x threads | global examples/sec |" in proc.stdout
+  assert "| 2x1 |" in proc.stdout
+  assert "2x1 vs 1x1 scaling efficiency:" in proc.stdout
