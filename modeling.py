@@ -154,7 +154,8 @@ class BertModel(object):
                input_ids,
                input_mask=None,
                token_type_ids=None,
-               scope=None):
+               scope=None,
+               compute_type=tf.float32):
     """Constructor for BertModel.
 
     Args:
@@ -164,6 +165,9 @@ class BertModel(object):
       input_mask: (optional) int32 Tensor of shape [batch_size, seq_length].
       token_type_ids: (optional) int32 Tensor of shape [batch_size, seq_length].
       scope: (optional) variable scope. Defaults to "bert".
+      compute_type: dtype of the encoder's activations and matmuls (tf.float32,
+        or tf.bfloat16/tf.float16 for mixed precision). Variables stay float32;
+        layer norm statistics and the outputs are float32.
     """
     config = copy.deepcopy(config)
     if not is_training:
@@ -198,7 +202,7 @@ class BertModel(object):
       with tf1.variable_scope("encoder"):
         attention_mask = create_attention_mask_from_input_mask(input_mask)
         self.all_encoder_layers = transformer_model(
-            input_tensor=self.embedding_output,
+            input_tensor=tf.cast(self.embedding_output, compute_type),
             attention_mask=attention_mask,
             hidden_size=config.hidden_size,
             num_hidden_layers=config.num_hidden_layers,
@@ -210,6 +214,7 @@ class BertModel(object):
             initializer_range=config.initializer_range,
             do_return_all_layers=True)
 
+      self.all_encoder_layers = [tf.cast(x, tf.float32) for x in self.all_encoder_layers]
       self.sequence_output = self.all_encoder_layers[-1]
       # The "pooler" takes the hidden state of the first token ([CLS]).
       with tf1.variable_scope("pooler"):
@@ -305,14 +310,19 @@ def dropout(input_tensor, dropout_prob):
 
 
 def layer_norm(input_tensor, name=None):
-  """Layer normalization over the last axis, variables `<name>/gamma` and `<name>/beta`."""
+  """Layer normalization over the last axis, variables `<name>/gamma` and `<name>/beta`.
+
+  Statistics are computed in float32 whatever the input dtype; the output has the
+  input's dtype.
+  """
   with tf1.variable_scope(name, default_name="LayerNorm"):
     depth = input_tensor.shape[-1]
     gamma = tf1.get_variable("gamma", [depth], initializer=tf1.ones_initializer())
     beta = tf1.get_variable("beta", [depth], initializer=tf1.zeros_initializer())
-    mean, variance = tf.nn.moments(input_tensor, axes=[-1], keepdims=True)
-    inv = tf.math.rsqrt(variance + 1e-12) * tf.cast(gamma, input_tensor.dtype)
-    return (input_tensor - mean) * inv + tf.cast(beta, input_tensor.dtype)
+    x = tf.cast(input_tensor, tf.float32)
+    mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+    inv = tf.math.rsqrt(variance + 1e-12) * gamma
+    return tf.cast((x - mean) * inv + beta, input_tensor.dtype)
 
 
 def layer_norm_and_dropout(input_tensor, dropout_prob, name=None):

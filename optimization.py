@@ -32,32 +32,38 @@ def learning_rate_schedule(init_lr, global_step, num_train_steps, num_warmup_ste
 
 def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
                      scale_learning_rate=True, gradient_accumulation_steps=1,
-                     fp16_allreduce=False, loss_scale_fn=None):
+                     fp16_allreduce=False, dynamic_loss_scale=False):
   """Creates the training op: Horovod-averaged, clipped AdamWeightDecay updates.
 
   Args:
     loss: float32 scalar Tensor, the mean loss of this process's batch.
     init_lr: float, peak learning rate for one process.
-    num_train_steps: int, total optimizer steps (identical on every rank).
-    num_warmup_steps: int, warmup steps.
+    num_train_steps: int, total steps (micro-batches when accumulating), identical
+      on every rank.
+    num_warmup_steps: int, warmup steps (same unit).
     scale_learning_rate: bool, multiply the rate by the number of processes.
     gradient_accumulation_steps: int, micro-batches per optimizer step (Horovod's
       `backward_passes_per_step`: one allreduce per k micro-batches).
     fp16_allreduce: bool, send gradients as float16 over the wire.
-    loss_scale_fn: optional (loss -> (scaled_loss, unscale_fn)) for mixed precision.
+    dynamic_loss_scale: bool, float16 training: scale the loss (start 2^15, halve
+      on overflow, double after 2000 finite steps) and skip updates whose averaged
+      gradients are not finite (the same decision on every rank).
 
   Returns:
     (train_op, learning_rate, grad_norm): the op, the current rate and the global
     norm of the averaged gradients before clipping (both float32 scalars).
   """
   global_step = tf1.train.get_or_create_global_step()
-  learning_rate = learning_rate_schedule(init_lr, global_step, num_train_steps,
-                                         num_warmup_steps)
+  k = max(1, gradient_accumulation_steps)
+  # With accumulation the global step counts micro-batches (Horovod increments it
+  # on the steps that only accumulate); the schedule follows optimizer updates.
+  learning_rate = learning_rate_schedule(init_lr, global_step // k, num_train_steps // k,
+                                         num_warmup_steps // k)
   if scale_learning_rate:
     # Horovod: scale the rate by the number of processes (the global batch grows).
     learning_rate = learning_rate * hvd.size()
 
-  optimizer = AdamWeightDecayOptimizer(
+  base_optimizer = AdamWeightDecayOptimizer(
       learning_rate=learning_rate,
       weight_decay_rate=0.01,
       beta_1=0.9,
@@ -76,23 +82,54 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
     # Horovod: sum k local micro-batch gradients, then one allreduce every k steps.
     dist_kwargs["backward_passes_per_step"] = gradient_accumulation_steps
     dist_kwargs["average_aggregated_gradients"] = True
-  optimizer = hvd.DistributedOptimizer(optimizer, **dist_kwargs)
+  optimizer = hvd.DistributedOptimizer(base_optimizer, **dist_kwargs)
 
   tvars = tf1.trainable_variables()
-  scaled_loss, unscale = loss, None
-  if loss_scale_fn is not None:
-    scaled_loss, unscale = loss_scale_fn(loss)
+  # Slots are created here, outside the tf.cond that Horovod puts around
+  # apply_gradients when it accumulates gradients.
+  base_optimizer.create_slots(tvars)
+  loss_scale = None
+  if dynamic_loss_scale:
+    loss_scale = tf1.get_variable("loss_scale", initializer=2.0 ** 15, trainable=False)
+    loss = loss * loss_scale
   # Horovod: compute_gradients (never tf.gradients) so the allreduce is applied.
-  grads_and_vars = optimizer.compute_gradients(scaled_loss, tvars)
+  grads_and_vars = optimizer.compute_gradients(loss, tvars)
   grads = [g for g, _ in grads_and_vars]
   tvars = [v for _, v in grads_and_vars]
-  if unscale is not None:
-    grads = unscale(grads)
+  if loss_scale is not None:
+    grads = [None if g is None else tf.convert_to_tensor(g) / loss_scale for g in grads]
 
   # Clip the averaged gradients, as single-process BERT clips its gradients.
   (grads, grad_norm) = tf.clip_by_global_norm(grads, clip_norm=1.0)
-  apply_op = optimizer.apply_gradients(zip(grads, tvars), global_step=global_step)
-  return apply_op, learning_rate, grad_norm
+
+  def apply():
+    # A list, not a zip: Horovod iterates over it before applying it.
+    return optimizer.apply_gradients(list(zip(grads, tvars)), global_step=global_step)
+
+  if loss_scale is None:
+    return apply(), learning_rate, grad_norm
+  finite = tf.math.is_finite(grad_norm)
+  apply_op = tf.cond(finite, lambda: tf.group(apply()),
+                     lambda: tf.group(global_step.assign_add(1)))
+  return (tf.group(apply_op, update_loss_scale(loss_scale, finite)), learning_rate,
+          grad_norm)
+
+
+def update_loss_scale(loss_scale, finite, growth_interval=2000):
+  """Halves `loss_scale` after an overflow, doubles it after `growth_interval` good steps."""
+  good_steps = tf1.get_variable("loss_scale_good_steps", initializer=0, trainable=False)
+
+  def on_finite():
+    grow = good_steps + 1 >= growth_interval
+    return tf.group(
+        loss_scale.assign(tf.where(grow, loss_scale * 2.0, loss_scale)),
+        good_steps.assign(tf.where(grow, 0, good_steps + 1)))
+
+  def on_overflow():
+    return tf.group(loss_scale.assign(tf.maximum(loss_scale / 2.0, 1.0)),
+                    good_steps.assign(0))
+
+  return tf.cond(finite, on_finite, on_overflow)
 
 
 class AdamWeightDecayOptimizer(tf1.train.Optimizer):
@@ -118,22 +155,30 @@ class AdamWeightDecayOptimizer(tf1.train.Optimizer):
     self.beta_2 = beta_2
     self.epsilon = epsilon
     self.exclude_from_weight_decay = exclude_from_weight_decay
+    self._slots_by_name = {}
+
+  def create_slots(self, params):
+    """Creates (once) the `adam_m`/`adam_v` variables of each of `params`."""
+    for param in params:
+      param_name = self._get_variable_name(param.name)
+      if param_name in self._slots_by_name:
+        continue
+      self._slots_by_name[param_name] = tuple(
+          tf1.get_variable(name=param_name + suffix, shape=param.shape.as_list(),
+                           dtype=tf.float32, trainable=False,
+                           initializer=tf1.zeros_initializer())
+          for suffix in ("/adam_m", "/adam_v"))
 
   def apply_gradients(self, grads_and_vars, global_step=None, name=None):
     """Applies one Adam-with-weight-decay update; returns the grouped op."""
+    grads_and_vars = [(g, p) for g, p in grads_and_vars if g is not None and p is not None]
+    self.create_slots([p for _, p in grads_and_vars])
     assignments = []
     for (grad, param) in grads_and_vars:
-      if grad is None or param is None:
-        continue
       if isinstance(grad, tf.IndexedSlices):
         grad = tf.convert_to_tensor(grad)
       param_name = self._get_variable_name(param.name)
-      m = tf1.get_variable(name=param_name + "/adam_m", shape=param.shape.as_list(),
-                           dtype=tf.float32, trainable=False,
-                           initializer=tf1.zeros_initializer())
-      v = tf1.get_variable(name=param_name + "/adam_v", shape=param.shape.as_list(),
-                           dtype=tf.float32, trainable=False,
-                           initializer=tf1.zeros_initializer())
+      m, v = self._slots_by_name[param_name]
       next_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
       next_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
       update = next_m / (tf.sqrt(next_v) + self.epsilon)

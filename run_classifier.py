@@ -12,6 +12,8 @@ Google's single-process script.
 import collections
 import csv
 import fcntl
+import hashlib
+import json
 import logging
 import os
 import random
@@ -116,6 +118,19 @@ flags.DEFINE_integer(
 flags.DEFINE_float("log_every_secs", 10.0,
                    "Seconds between progress lines on rank 0.")
 flags.DEFINE_integer("keep_checkpoint_max", 3, "Checkpoints kept by rank 0.")
+
+## Speed options
+flags.DEFINE_bool("use_xla", False, "Compile the training graph with XLA (JIT).")
+flags.DEFINE_bool(
+    "use_amp", False,
+    "Mixed precision: float16 with dynamic loss scaling on GPUs, bfloat16 on CPUs "
+    "that support it (avx512_bf16 or amx_bf16); variables stay float32.")
+flags.DEFINE_bool("fp16_allreduce", False,
+                  "Compress gradients to float16 for the Horovod allreduce.")
+flags.DEFINE_integer(
+    "gradient_accumulation_steps", 1,
+    "Micro-batches of --train_batch_size per optimizer update (one allreduce per "
+    "update); the global batch is train_batch_size x this x processes.")
 flags.DEFINE_string(
     "export_dir", None,
     "If set, rank 0 writes a SavedModel of the final checkpoint here (serving "
@@ -254,60 +269,89 @@ class TsvProcessor(DataProcessor):
     return rows
 
 
-class ColaProcessor(DataProcessor):
+class ColumnProcessor(DataProcessor):
+  """A GLUE-style task whose fields sit at fixed columns of tab-separated files.
+
+  Subclasses set `labels`, `columns` = (text_a, text_b or None, label) for the
+  train and dev files and `test_columns` = (text_a, text_b or None) for the test
+  file (column -1 is the last one), and which files start with a header line.
+  """
+
+  labels = ()
+  columns = (0, None, 1)
+  test_columns = (0, None)
+  header = True
+  test_header = True
+
+  def get_labels(self, data_dir=None):
+    return list(self.labels)
+
+  def _create_examples(self, rows, set_type):
+    is_test = set_type == "test"
+    a_col, b_col = (self.test_columns if is_test else self.columns)[:2]
+    skip_first = self.test_header if is_test else self.header
+    examples = []
+    for i, row in enumerate(rows):
+      if i == 0 and skip_first:
+        continue
+      # Test files carry no labels: the first label is a placeholder.
+      label = self.labels[0] if is_test else self._column(row, self.columns[2])
+      text_b = None if b_col is None else self._column(row, b_col)
+      examples.append(InputExample("%s-%d" % (set_type, row[1]),
+                                   self._column(row, a_col), text_b, label))
+    return examples
+
+  def _column(self, row, index):
+    return self._field(row, len(row[2]) - 1 if index == -1 else index)
+
+
+class ColaProcessor(ColumnProcessor):
   """Processor for the CoLA data set (GLUE version)."""
-
-  def get_labels(self, data_dir=None):
-    return ["0", "1"]
-
-  def _create_examples(self, rows, set_type):
-    examples = []
-    for i, row in enumerate(rows):
-      if set_type == "test" and i == 0:
-        continue
-      if set_type == "test":
-        text, label = self._field(row, 1), "0"
-      else:
-        text, label = self._field(row, 3), self._field(row, 1)
-      examples.append(InputExample("%s-%d" % (set_type, i), text, None, label))
-    return examples
+  labels = ("0", "1")
+  columns = (3, None, 1)
+  test_columns = (1, None)
+  header = False
 
 
-class MrpcProcessor(DataProcessor):
+class MrpcProcessor(ColumnProcessor):
   """Processor for the MRPC data set (GLUE version)."""
-
-  def get_labels(self, data_dir=None):
-    return ["0", "1"]
-
-  def _create_examples(self, rows, set_type):
-    examples = []
-    for i, row in enumerate(rows):
-      if i == 0:
-        continue
-      label = "0" if set_type == "test" else self._field(row, 0)
-      examples.append(InputExample("%s-%d" % (set_type, i), self._field(row, 3),
-                                   self._field(row, 4), label))
-    return examples
+  labels = ("0", "1")
+  columns = (3, 4, 0)
+  test_columns = (3, 4)
 
 
-class MnliProcessor(DataProcessor):
-  """Processor for the MultiNLI data set (GLUE version)."""
-
+class MnliProcessor(ColumnProcessor):
+  """Processor for the MultiNLI data set (GLUE version), matched dev/test."""
   dev_file = "dev_matched.tsv"
   test_file = "test_matched.tsv"
+  labels = ("contradiction", "entailment", "neutral")
+  columns = (8, 9, -1)
+  test_columns = (8, 9)
 
-  def get_labels(self, data_dir=None):
-    return ["contradiction", "entailment", "neutral"]
 
-  def _create_examples(self, rows, set_type):
-    examples = []
-    for i, row in enumerate(rows):
-      if i == 0:
-        continue
-      guid = "%s-%s" % (set_type, self._field(row, 0))
-      label = "contradiction" if set_type == "test" else self._field(row, len(row[2]) - 1)
-      examples.append(InputExample(guid, self._field(row, 8), self._field(row, 9), label))
-    return examples
+class Sst2Processor(ColumnProcessor):
+  """Processor for the SST-2 data set (GLUE version): `sentence<TAB>label`."""
+  labels = ("0", "1")
+  columns = (0, None, 1)
+  test_columns = (1, None)
+
+
+class QnliProcessor(ColumnProcessor):
+  """Processor for the QNLI data set (GLUE version): question, sentence, label."""
+  labels = ("entailment", "not_entailment")
+  columns = (1, 2, 3)
+  test_columns = (1, 2)
+
+
+class RteProcessor(QnliProcessor):
+  """Processor for the RTE data set (GLUE version): sentence1, sentence2, label."""
+
+
+class QqpProcessor(ColumnProcessor):
+  """Processor for the QQP data set (GLUE version): question1, question2, is_duplicate."""
+  labels = ("0", "1")
+  columns = (3, 4, 5)
+  test_columns = (1, 2)
 
 
 class XnliProcessor(DataProcessor):
@@ -350,6 +394,10 @@ PROCESSORS = {
     "cola": ColaProcessor,
     "mnli": MnliProcessor,
     "mrpc": MrpcProcessor,
+    "qnli": QnliProcessor,
+    "qqp": QqpProcessor,
+    "rte": RteProcessor,
+    "sst2": Sst2Processor,
     "xnli": XnliProcessor,
     "tsv": TsvProcessor,
 }
@@ -392,6 +440,45 @@ def convert_single_example(ex_index, example, label_map, max_seq_length, tokeniz
     LOG.debug("*** Example %s ***\ntokens: %s\nlabel: %s", example.guid,
               " ".join(tokens), example.label)
   return InputFeatures(input_ids, input_mask, segment_ids, label_map[example.label])
+
+
+def examples_fingerprint(examples, label_list, max_seq_length, tokenizer):
+  """A hash of everything a TFRecord of `examples` depends on (cache key)."""
+  h = hashlib.sha256()
+  h.update(json.dumps([list(label_list), max_seq_length,
+                       tokenizer.basic_tokenizer.do_lower_case]).encode("utf-8"))
+  h.update("\n".join(tokenizer.vocab).encode("utf-8"))
+  for ex in examples:
+    h.update(("%s\0%s\0%s\0%s\n" % (ex.guid, ex.text_a, ex.text_b, ex.label)).encode(
+        "utf-8"))
+  return h.hexdigest()
+
+
+def convert_examples_cached(examples, label_list, max_seq_length, tokenizer,
+                            output_file):
+  """Writes `output_file` unless it already holds exactly these examples' features.
+
+  The key (inputs, labels, tokenizer settings, sequence length) is kept beside the
+  file in `<output_file>.key`, so a re-run or a resume does not re-tokenize.
+
+  Returns:
+    True if the file was (re)written, False if the cached one was reused.
+  """
+  key = examples_fingerprint(examples, label_list, max_seq_length, tokenizer)
+  key_file = output_file + ".key"
+  if os.path.exists(output_file) and os.path.exists(key_file):
+    with open(key_file) as f:
+      if f.read().strip() == key:
+        LOG.info("reusing %s (%d examples, same inputs)", output_file, len(examples))
+        return False
+  t0 = time.time()
+  file_based_convert_examples_to_features(examples, label_list, max_seq_length,
+                                          tokenizer, output_file)
+  secs = max(time.time() - t0, 1e-6)
+  LOG.info("converted %d examples to %s in %.1fs (%.0f examples/sec)", len(examples),
+           output_file, secs, len(examples) / secs)
+  train_metrics.atomic_write_text(key_file, key + "\n")
+  return True
 
 
 def file_based_convert_examples_to_features(examples, label_list, max_seq_length,
@@ -468,7 +555,7 @@ def _truncate_seq_pair(tokens_a, tokens_b, max_length):
 
 
 def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, labels,
-                 num_labels):
+                 num_labels, compute_type=tf.float32):
   """Creates a classification model: BERT's pooled output, dropout, a linear layer.
 
   Args:
@@ -477,6 +564,7 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, l
     input_ids, input_mask, segment_ids: int32 Tensors of shape [batch_size, seq_length].
     labels: int32 Tensor of shape [batch_size].
     num_labels: int.
+    compute_type: dtype of the encoder's activations (mixed precision).
 
   Returns:
     (loss, per_example_loss, logits, probabilities): a scalar mean loss and
@@ -484,7 +572,7 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, l
   """
   model = modeling.BertModel(config=bert_config, is_training=is_training,
                              input_ids=input_ids, input_mask=input_mask,
-                             token_type_ids=segment_ids)
+                             token_type_ids=segment_ids, compute_type=compute_type)
   output_layer = model.get_pooled_output()
   hidden_size = output_layer.shape[-1]
 
@@ -542,7 +630,9 @@ def metric_fn(per_example_loss, label_ids, logits, is_real_example, num_labels,
 
 def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
                      num_train_steps, num_warmup_steps, task_name="tsv",
-                     scale_learning_rate=True, training_hooks_fn=None):
+                     scale_learning_rate=True, training_hooks_fn=None,
+                     compute_type=tf.float32, gradient_accumulation_steps=1,
+                     fp16_allreduce=False):
   """Returns the `model_fn` closure for the Estimator.
 
   Args:
@@ -555,6 +645,10 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
     task_name: string, selects extra eval metrics.
     scale_learning_rate: bool, multiply the rate by the number of processes.
     training_hooks_fn: optional (loss, learning_rate) -> list of SessionRunHooks.
+    compute_type: tf.float32, or tf.bfloat16 / tf.float16 for mixed precision
+      (float16 adds dynamic loss scaling).
+    gradient_accumulation_steps: int, micro-batches per optimizer update.
+    fp16_allreduce: bool, compress gradients to float16 for the allreduce.
   """
 
   def model_fn(features, labels, mode, params):
@@ -568,7 +662,7 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
     is_training = (mode == tf_estimator.estimator.ModeKeys.TRAIN)
     (total_loss, per_example_loss, logits, probabilities) = create_model(
         bert_config, is_training, input_ids, input_mask, segment_ids, label_ids,
-        num_labels)
+        num_labels, compute_type=compute_type if is_training else tf.float32)
 
     if init_checkpoint:
       tvars = tf1.trainable_variables()
@@ -579,7 +673,10 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
     if mode == tf_estimator.estimator.ModeKeys.TRAIN:
       train_op, lr, grad_norm = optimization.create_optimizer(
           total_loss, learning_rate, num_train_steps, num_warmup_steps,
-          scale_learning_rate=scale_learning_rate)
+          scale_learning_rate=scale_learning_rate,
+          gradient_accumulation_steps=gradient_accumulation_steps,
+          fp16_allreduce=fp16_allreduce,
+          dynamic_loss_scale=compute_type == tf.float16)
       tf1.summary.scalar("learning_rate", lr)
       tf1.summary.scalar("grad_global_norm", grad_norm)
       hooks = training_hooks_fn(total_loss, lr) if training_hooks_fn else []
@@ -608,8 +705,11 @@ def shard_examples(examples, seed, rank, size):
 
 
 def compute_train_steps(num_examples, per_process_batch, size, num_epochs,
-                        warmup_proportion, max_train_steps=0):
+                        warmup_proportion, max_train_steps=0, accumulation_steps=1):
   """Steps from the global example count: identical on every rank.
+
+  With gradient accumulation a step is one micro-batch, and the count is a whole
+  number of optimizer updates (a multiple of `accumulation_steps`).
 
   Returns:
     (num_train_steps, num_warmup_steps).
@@ -617,6 +717,7 @@ def compute_train_steps(num_examples, per_process_batch, size, num_epochs,
   steps = int(num_examples / (per_process_batch * size) * num_epochs)
   if max_train_steps > 0:
     steps = min(steps, max_train_steps)
+  steps -= steps % accumulation_steps
   return steps, int(steps * warmup_proportion)
 
 
@@ -631,9 +732,12 @@ def cpu_threads_per_process(local_size, requested=0):
   return max(1, cores // max(1, local_size))
 
 
-def make_session_config(gpu_available, local_rank, intra_op_threads, inter_op_threads):
+def make_session_config(gpu_available, local_rank, intra_op_threads, inter_op_threads,
+                        use_xla=False):
   """The tf.compat.v1.ConfigProto of one process."""
   config = tf1.ConfigProto()
+  if use_xla:
+    config.graph_options.optimizer_options.global_jit_level = tf1.OptimizerOptions.ON_1
   if gpu_available:
     config.gpu_options.allow_growth = True
     # Horovod: pin one GPU to each process, by its rank on this host.
@@ -643,6 +747,29 @@ def make_session_config(gpu_available, local_rank, intra_op_threads, inter_op_th
     config.intra_op_parallelism_threads = intra_op_threads
     config.inter_op_parallelism_threads = inter_op_threads
   return config
+
+
+def cpu_supports_bfloat16():
+  """Whether this CPU has native bfloat16 instructions (AVX512-BF16 or AMX-BF16)."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      flags_line = next((l for l in f if l.startswith("flags")), "")
+  except OSError:
+    return False
+  cpu_flags = set(flags_line.split())
+  return bool(cpu_flags & {"avx512_bf16", "amx_bf16"})
+
+
+def choose_compute_type(use_amp, gpu_available):
+  """tf.float32, or the mixed-precision type for this device; InputError if none."""
+  if not use_amp:
+    return tf.float32
+  if gpu_available:
+    return tf.float16
+  if cpu_supports_bfloat16():
+    return tf.bfloat16
+  raise InputError("--use_amp: this CPU has no bfloat16 instructions (avx512_bf16 or "
+                   "amx_bf16) and no GPU is visible; run without --use_amp")
 
 
 def read_label_list(path):
@@ -693,6 +820,9 @@ def validate_flags(flags_obj):
                      flags_obj.warmup_proportion)
   if flags_obj.max_seq_length < 3:
     raise InputError("--max_seq_length must be at least 3")
+  if flags_obj.gradient_accumulation_steps < 1:
+    raise InputError("--gradient_accumulation_steps must be at least 1, got %d" %
+                     flags_obj.gradient_accumulation_steps)
 
 
 def check_checkpoint_matches(init_checkpoint, bert_config, num_labels):
@@ -800,7 +930,7 @@ def setup(flags_obj):
     num_train_steps, num_warmup_steps = compute_train_steps(
         len(train_examples), flags_obj.train_batch_size, size,
         flags_obj.num_train_epochs, flags_obj.warmup_proportion,
-        flags_obj.max_train_steps)
+        flags_obj.max_train_steps, flags_obj.gradient_accumulation_steps)
     if num_train_steps < 1:
       raise InputError("%d training examples make no step of %d x %d processes; lower "
                        "--train_batch_size or raise --num_train_epochs" %
@@ -808,6 +938,7 @@ def setup(flags_obj):
 
   threads = cpu_threads_per_process(hvd.local_size(), flags_obj.intra_op_threads)
   gpu_available = bool(tf.config.list_physical_devices("GPU"))
+  compute_type = choose_compute_type(flags_obj.use_amp, gpu_available)
   # Horovod: where this process sits (cross_rank tells the host among hosts).
   placement = {"rank": rank, "size": size, "local_rank": hvd.local_rank(),
                "local_size": hvd.local_size(),
@@ -819,8 +950,9 @@ def setup(flags_obj):
       train_examples=train_examples, eval_examples=eval_examples,
       predict_examples=predict_examples, num_train_steps=num_train_steps,
       num_warmup_steps=num_warmup_steps, threads=0 if gpu_available else threads,
+      compute_type=compute_type, gpu_available=gpu_available,
       session_config=make_session_config(gpu_available, hvd.local_rank(), threads,
-                                         flags_obj.inter_op_threads))
+                                         flags_obj.inter_op_threads, flags_obj.use_xla))
 
 
 def check_labels(examples, label_list):
@@ -839,7 +971,7 @@ def make_estimator(job, flags_obj, model_fn, for_training):
     # Eval and predict run on rank 0 alone, once the other ranks are done: give
     # them every core of the host.
     session_config = make_session_config(False, 0, cpu_threads_per_process(1),
-                                         flags_obj.inter_op_threads)
+                                         flags_obj.inter_op_threads, flags_obj.use_xla)
   if job.rank == 0:
     run_config = tf_estimator.estimator.RunConfig(
         model_dir=job.output_dir,
@@ -885,7 +1017,22 @@ def build_model_fn(job, flags_obj):
       num_warmup_steps=job.num_warmup_steps,
       task_name=job.task_name,
       scale_learning_rate=flags_obj.scale_learning_rate,
-      training_hooks_fn=training_hooks_fn)
+      training_hooks_fn=training_hooks_fn,
+      compute_type=job.compute_type,
+      gradient_accumulation_steps=flags_obj.gradient_accumulation_steps,
+      fp16_allreduce=flags_obj.fp16_allreduce)
+
+
+def describe_speed_options(job, flags_obj):
+  """One line: device, threads and the speed options in force."""
+  parts = ["GPU %d" % hvd.local_rank() if job.gpu_available else
+           "CPU, %d intra-op threads per process" % job.threads]
+  parts.append("compute %s" % job.compute_type.name)
+  if flags_obj.use_xla:
+    parts.append("XLA")
+  if flags_obj.fp16_allreduce:
+    parts.append("fp16 allreduce")
+  return ", ".join(parts)
 
 
 def train(job, flags_obj):
@@ -893,22 +1040,20 @@ def train(job, flags_obj):
   # Horovod: every rank sees the same seeded global order and keeps its own shard.
   shard = shard_examples(job.train_examples, flags_obj.seed, job.rank, job.size)
   train_file = os.path.join(job.work_dir, "train.tf_record")
-  t0 = time.time()
-  file_based_convert_examples_to_features(shard, job.label_list,
-                                          flags_obj.max_seq_length, job.tokenizer,
-                                          train_file)
-  LOG.info("converted %d training examples (this rank's shard of %d) in %.1fs",
-           len(shard), len(job.train_examples), time.time() - t0)
+  convert_examples_cached(shard, job.label_list, flags_obj.max_seq_length,
+                          job.tokenizer, train_file)
 
   # Horovod: rank 0's checkpoint decides where training resumes; every rank learns
   # it, so all agree on the steps that remain (or that none remain).
   start_step = hvd.broadcast_object(
       latest_global_step(job.output_dir) if job.rank == 0 else None, root_rank=0,
       name="start_step")
-  LOG.info("training: %d examples, %d processes x batch %d = global batch %d, "
-           "%d steps (%d warmup), starting at step %d", len(job.train_examples),
-           job.size, flags_obj.train_batch_size, job.size * flags_obj.train_batch_size,
-           job.num_train_steps, job.num_warmup_steps, start_step)
+  k = flags_obj.gradient_accumulation_steps
+  LOG.info("training: %d examples, %d processes x batch %d%s = global batch %d, "
+           "%d steps (%d warmup), starting at step %d; %s", len(job.train_examples),
+           job.size, flags_obj.train_batch_size, " x %d accumulated" % k if k > 1 else "",
+           job.size * flags_obj.train_batch_size * k, job.num_train_steps,
+           job.num_warmup_steps, start_step, describe_speed_options(job, flags_obj))
   if start_step >= job.num_train_steps:
     LOG.info("training already finished at step %d; skipping", start_step)
     return
@@ -926,9 +1071,8 @@ def train(job, flags_obj):
 def evaluate(job, flags_obj):
   """Evaluates on the dev set (rank 0) and writes eval_results.txt."""
   eval_file = os.path.join(job.output_dir, "eval.tf_record")
-  file_based_convert_examples_to_features(job.eval_examples, job.label_list,
-                                          flags_obj.max_seq_length, job.tokenizer,
-                                          eval_file)
+  convert_examples_cached(job.eval_examples, job.label_list, flags_obj.max_seq_length,
+                          job.tokenizer, eval_file)
   estimator = make_estimator(job, flags_obj, build_model_fn(job, flags_obj), False)
   input_fn = file_based_input_fn_builder(eval_file, flags_obj.max_seq_length,
                                          flags_obj.eval_batch_size, is_training=False)
@@ -944,9 +1088,8 @@ def evaluate(job, flags_obj):
 def predict(job, flags_obj):
   """Predicts the test set (rank 0) and writes test_results.tsv."""
   predict_file = os.path.join(job.output_dir, "predict.tf_record")
-  file_based_convert_examples_to_features(job.predict_examples, job.label_list,
-                                          flags_obj.max_seq_length, job.tokenizer,
-                                          predict_file)
+  convert_examples_cached(job.predict_examples, job.label_list, flags_obj.max_seq_length,
+                          job.tokenizer, predict_file)
   estimator = make_estimator(job, flags_obj, build_model_fn(job, flags_obj), False)
   input_fn = file_based_input_fn_builder(predict_file, flags_obj.max_seq_length,
                                          flags_obj.predict_batch_size, is_training=False)
@@ -996,6 +1139,10 @@ def fail(message, code):
 def main(_):
   # Horovod: initialize Horovod before anything else.
   hvd.init()
+  if FLAGS.use_xla:
+    # XLA auto-clustering on CPUs needs this flag as well as the session option.
+    os.environ["TF_XLA_FLAGS"] = (os.environ.get("TF_XLA_FLAGS", "") +
+                                  " --tf_xla_cpu_global_jit").strip()
   configure_logging(hvd.rank())
   try:
     job = setup(FLAGS)

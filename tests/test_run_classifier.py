@@ -108,3 +108,42 @@ def test_glue_processors(tmp_path):
   write(tmp_path / "train.tsv", "gj04\t1\n")
   with pytest.raises(rc.InputError, match="train.tsv:1: expected at least 4"):
     rc.ColaProcessor().get_train_examples(str(tmp_path))
+
+
+GLUE_FIXTURES = {
+    # task: (train.tsv, test.tsv, expected train (label, a, b), expected test (a, b))
+    "sst2": ("sentence\tlabel\nit is good\t1\n", "index\tsentence\n0\tso bad\n",
+             ("1", "it is good", None), ("so bad", None)),
+    "qnli": ("index\tquestion\tsentence\tlabel\n0\tWho?\tHe did.\tentailment\n",
+             "index\tquestion\tsentence\n0\tWhy?\tBecause.\n",
+             ("entailment", "Who?", "He did."), ("Why?", "Because.")),
+    "rte": ("index\tsentence1\tsentence2\tlabel\n0\tA cat.\tAn animal.\tentailment\n",
+            "index\tsentence1\tsentence2\n0\tA dog.\tA cat.\n",
+            ("entailment", "A cat.", "An animal."), ("A dog.", "A cat.")),
+    "qqp": ("id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n5\t1\t2\tHow?\tWhy?\t0\n",
+            "id\tquestion1\tquestion2\n0\tWhen?\tWhere?\n",
+            ("0", "How?", "Why?"), ("When?", "Where?")),
+    "mnli": ("index\tp\tg\ts1b\ts2b\ts1p\ts2p\tgenre\tA man.\tA person.\tentailment\n"
+             "0\t\t\t\t\t\t\tfiction\tA man.\tA person.\tentailment\n",
+             "index\tp\tg\ts1b\ts2b\ts1p\ts2p\tgenre\ts1\ts2\n"
+             "0\t\t\t\t\t\t\tfiction\tIt rains.\tIt is wet.\n",
+             ("entailment", "A man.", "A person."), ("It rains.", "It is wet.")),
+}
+
+
+@pytest.mark.parametrize("task", sorted(GLUE_FIXTURES))
+def test_glue_pair_and_single_sentence_tasks(tmp_path, task):
+  train, test, want_train, want_test = GLUE_FIXTURES[task]
+  proc = rc.PROCESSORS[task]()
+  write(tmp_path / "train.tsv", train)
+  write(tmp_path / proc.test_file, test)
+  ex = proc.get_train_examples(str(tmp_path))
+  assert [(e.label, e.text_a, e.text_b) for e in ex] == [want_train]
+  assert want_train[0] in proc.get_labels()
+  ex = proc.get_test_examples(str(tmp_path))
+  assert [(e.text_a, e.text_b) for e in ex] == [want_test]
+  assert ex[0].label == proc.get_labels()[0]
+  # A short line is an error naming the file and line.
+  write(tmp_path / "train.tsv", train.splitlines()[0] + "\nonly-one-field\n")
+  with pytest.raises(rc.InputError, match="train.tsv:2: expected at least"):
+    proc.get_train_examples(str(tmp_path))
