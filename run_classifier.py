@@ -582,7 +582,7 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, l
   output_bias = tf1.get_variable("output_bias", [num_labels],
                                  initializer=tf1.zeros_initializer())
 
-  with tf1.variable_scope("loss"):
+  with tf1.name_scope("classifier_loss"):
     if is_training:
       output_layer = modeling.dropout(output_layer, bert_config.hidden_dropout_prob)
     logits = tf.matmul(output_layer, output_weights, transpose_b=True)
@@ -1004,7 +1004,8 @@ def build_model_fn(job, flags_obj):
       hooks.append(train_metrics.ThroughputHook(
           loss, lr, job.num_train_steps, flags_obj.train_batch_size, job.size,
           job.threads, log_every_secs=flags_obj.log_every_secs,
-          metrics_path=os.path.join(job.output_dir, "train_metrics.json")))
+          metrics_path=os.path.join(job.output_dir, "train_metrics.json"),
+          summary_dir=job.output_dir))
     return hooks
 
   return model_fn_builder(

@@ -34,7 +34,7 @@ class ThroughputHook(tf.compat.v1.train.SessionRunHook):
 
   def __init__(self, loss, learning_rate, num_train_steps, per_process_batch,
                num_processes, threads_per_process, log_every_secs=10.0,
-               warmup_steps=5, metrics_path=None):
+               warmup_steps=5, metrics_path=None, summary_dir=None):
     """Args:
       loss: float32 scalar Tensor, this process's batch loss.
       learning_rate: float32 scalar Tensor.
@@ -45,6 +45,8 @@ class ThroughputHook(tf.compat.v1.train.SessionRunHook):
       log_every_secs: float, interval between progress lines.
       warmup_steps: int, steps excluded from timing (graph warm-up, caches).
       metrics_path: optional path of the JSON written at the end.
+      summary_dir: optional folder for TensorBoard scalars `examples_per_sec_global`
+        and `examples_per_sec_per_process` (written at each progress line).
     """
     self._loss = loss
     self._lr = learning_rate
@@ -61,6 +63,8 @@ class ThroughputHook(tf.compat.v1.train.SessionRunHook):
     self._last_log = None
     self._t0 = None
     self._global_step_tensor = None
+    self._summary_dir = summary_dir
+    self._writer = None
 
   @property
   def global_batch(self):
@@ -68,6 +72,8 @@ class ThroughputHook(tf.compat.v1.train.SessionRunHook):
 
   def begin(self):
     self._global_step_tensor = tf.compat.v1.train.get_global_step()
+    if self._summary_dir:
+      self._writer = tf.compat.v1.summary.FileWriterCache.get(self._summary_dir)
 
   def after_create_session(self, session, coord):
     self._start = time.perf_counter()
@@ -89,6 +95,17 @@ class ThroughputHook(tf.compat.v1.train.SessionRunHook):
       self._last_log = now
       LOG.info("step %d/%d loss %.4f lr %.3g | %s", step, self._num_train_steps, loss,
                lr, self._rate_text(step))
+      self._write_rate_summary(step)
+
+  def _write_rate_summary(self, step):
+    if self._writer is None or not self._step_times:
+      return
+    rate = self.global_batch / float(np.mean(self._step_times[-50:]))
+    summary = tf.compat.v1.Summary(value=[
+        tf.compat.v1.Summary.Value(tag="examples_per_sec_global", simple_value=rate),
+        tf.compat.v1.Summary.Value(tag="examples_per_sec_per_process",
+                                   simple_value=rate / self._size)])
+    self._writer.add_summary(summary, step)
 
   def _rate_text(self, step):
     if not self._step_times:

@@ -47,6 +47,15 @@ def check_outputs(out_dir, num_test, num_steps):
   return results
 
 
+def summary_tags(folder):
+  tags = set()
+  for name in os.listdir(folder):
+    if name.startswith("events.out.tfevents"):
+      for event in tf1.train.summary_iterator(os.path.join(folder, name)):
+        tags.update(v.tag for v in event.summary.value)
+  return tags
+
+
 @requires("horovodrun")
 @pytest.mark.parametrize("launcher", [
     "horovodrun", pytest.param("mpirun", marks=requires("mpirun"))])
@@ -62,6 +71,9 @@ def test_two_processes_train_eval_predict(tiny_task, tmp_path, launcher):
   assert results["eval_accuracy"] >= 0.8, results
   metrics = json.load(open(os.path.join(out, "train_metrics.json")))
   assert metrics["processes"] == 2 and metrics["global_batch"] == 8
+  # TensorBoard scalars, written by rank 0 only.
+  assert {"loss", "learning_rate", "grad_global_norm",
+          "examples_per_sec_global"} <= summary_tags(out)
   for rank, folder in ((0, out), (1, os.path.join(out, "1"))):
     state = json.load(open(os.path.join(folder, "train_state.json")))
     assert (state["rank"], state["size"], state["global_step"]) == (rank, 2, 50)
