@@ -66,7 +66,8 @@ export PATH="$(dirname "$PY"):$PATH"
   --num_attention_heads "$HEADS" --intermediate_size "$FFN"
 
 case "$LAUNCHER" in
-  horovodrun) LAUNCH=(horovodrun -np "$NP") ;;
+  horovodrun) LAUNCH=(horovodrun -np "$NP")
+              [ "$GPU" = "1" ] || LAUNCH+=(--gloo) ;;
   mpirun) LAUNCH=(mpirun -np "$NP" -bind-to none -map-by slot -x PATH -x LD_LIBRARY_PATH)
           [ "$(id -u)" = "0" ] && LAUNCH+=(--allow-run-as-root) ;;
   *) die "--launcher must be horovodrun or mpirun (got '$LAUNCHER')" ;;

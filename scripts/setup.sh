@@ -4,7 +4,7 @@
 # skipped when its result is already there.
 #
 #   bash scripts/setup.sh            # CPU build (this is what CI and the demo use)
-#   HOROVOD_GPU_OPERATIONS=NCCL TF_PACKAGE=tensorflow==2.15.1 bash scripts/setup.sh   # GPU cluster
+#   HOROVOD_GPU_OPERATIONS=NCCL TF_PACKAGE="tensorflow[and-cuda]==2.15.1" VENV=.venv-gpu bash scripts/setup.sh
 #
 # Environment: VENV (default .venv at the repository root), TF_PACKAGE
 # (default tensorflow-cpu==2.15.1), WITH_DEV=1 to add the test requirements.
@@ -41,7 +41,12 @@ install_python_packages() {
   if ! "$VENV/bin/python" -c "import tensorflow" >/dev/null 2>&1; then
     log "installing $TF_PACKAGE and requirements"
   fi
-  "$VENV/bin/python" -m pip install -q "$TF_PACKAGE" -r "$ROOT/requirements.txt"
+  # requirements.txt pins the CPU build; TF_PACKAGE may name another (GPU) build.
+  local reqs
+  reqs="$(mktemp)"
+  grep -v -E '^tensorflow(-cpu)?==' "$ROOT/requirements.txt" > "$reqs"
+  "$VENV/bin/python" -m pip install -q "$TF_PACKAGE" -r "$reqs"
+  rm -f "$reqs"
   if [ "${WITH_DEV:-0}" = "1" ]; then
     "$VENV/bin/python" -m pip install -q -r "$ROOT/requirements-dev.txt"
   fi
