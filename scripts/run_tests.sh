@@ -6,4 +6,6 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WITH_DEV=1 bash "$ROOT/scripts/setup.sh"
 cd "$ROOT"
-exec "${VENV:-$ROOT/.venv}/bin/python" -m pytest -v -rs tests "$@"
+# The launchers (horovodrun, the venv's python for mpirun) must be found on PATH.
+export PATH="${VENV:-$ROOT/.venv}/bin:$PATH"
+exec "${VENV:-$ROOT/.venv}/bin/python" -m pytest -v -rs --durations=15 tests "$@"
