@@ -1140,6 +1140,11 @@ def fail(message, code):
 def main(_):
   # Horovod: initialize Horovod before anything else.
   hvd.init()
+  # Horovod: processes on one host share its cores. TensorFlow's thread pools are
+  # per process and made once, at the first op: size them before any op runs.
+  threads = cpu_threads_per_process(hvd.local_size(), FLAGS.intra_op_threads)
+  tf.config.threading.set_intra_op_parallelism_threads(threads)
+  tf.config.threading.set_inter_op_parallelism_threads(FLAGS.inter_op_threads)
   if FLAGS.use_xla:
     # XLA auto-clustering on CPUs needs this flag as well as the session option.
     os.environ["TF_XLA_FLAGS"] = (os.environ.get("TF_XLA_FLAGS", "") +
