@@ -30,16 +30,8 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; }
-die() { echo "run_horovodrun.sh: error: $*" >&2; echo "run 'scripts/run_horovodrun.sh --help' for usage" >&2; exit 2; }
-quote() {  # shell-quotes each word only where needed
-  local out=() a
-  for a in "$@"; do
-    if [[ "$a" =~ ^[A-Za-z0-9_./:=,@%+-]+$ ]]; then out+=("$a"); else out+=("'${a//\'/\'\\\'\'}'"); fi
-  done
-  echo "${out[*]}"
-}
-need() { [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"; }
+# shellcheck source=scripts/launch_common.sh
+source "$ROOT/scripts/launch_common.sh"
 
 NP=""; HOSTS=""; HOSTFILE=""; NICS=(); CONTROLLER=""; TIMELINE=""
 STALL_WARN=""; STALL_SHUTDOWN=""; SSH_PORT=""; START_TIMEOUT=""; OUTPUT_FILENAME=""
@@ -81,9 +73,7 @@ if [ -n "$STALL_WARN" ] && [ -n "$STALL_SHUTDOWN" ] && [ "$STALL_SHUTDOWN" -ne 0
   die "--stall_shutdown_secs ($STALL_SHUTDOWN) must not be below --stall_warning_secs ($STALL_WARN)"
 fi
 
-if [ -z "$PYTHON" ]; then
-  if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
-fi
+[ -n "$PYTHON" ] || PYTHON="$(default_python)"
 if [ -z "$HOROVODRUN" ]; then
   # The horovodrun installed with the chosen python, else the one on PATH.
   py_bin="$(dirname "$PYTHON")"

@@ -37,16 +37,8 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-usage() { sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'; }
-die() { echo "run_mpirun.sh: error: $*" >&2; echo "run 'scripts/run_mpirun.sh --help' for usage" >&2; exit 2; }
-quote() {  # shell-quotes each word only where needed
-  local out=() a
-  for a in "$@"; do
-    if [[ "$a" =~ ^[A-Za-z0-9_./:=,@%+-]+$ ]]; then out+=("$a"); else out+=("'${a//\'/\'\\\'\'}'"); fi
-  done
-  echo "${out[*]}"
-}
-need() { [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"; }
+# shellcheck source=scripts/launch_common.sh
+source "$ROOT/scripts/launch_common.sh"
 
 NP=""; HOSTFILE=""; HOSTS=""; IF_INCLUDE=""; RSH_AGENT=""; OVERSUBSCRIBE=0
 EXPORTS=(); DRY_RUN=0; PYTHON=""; SCRIPT="$ROOT/run_classifier.py"; MPIRUN=mpirun
@@ -83,9 +75,7 @@ if [ -n "$RSH_AGENT" ]; then
   fi
 fi
 
-if [ -z "$PYTHON" ]; then
-  if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
-fi
+[ -n "$PYTHON" ] || PYTHON="$(default_python)"
 
 CMD=("$MPIRUN" -np "$NP")
 [ "$(id -u)" -ne 0 ] || CMD+=(--allow-run-as-root)
