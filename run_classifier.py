@@ -964,14 +964,9 @@ def check_labels(examples, label_list):
                        (ex.guid, ex.label, label_list))
 
 
-def make_estimator(job, flags_obj, model_fn, for_training):
+def make_estimator(job, flags_obj, model_fn):
   """An Estimator for this rank. Only rank 0 saves checkpoints and summaries."""
   session_config = job.session_config
-  if not for_training and job.threads:
-    # Eval and predict run on rank 0 alone, once the other ranks are done: give
-    # them every core of the host.
-    session_config = make_session_config(False, 0, cpu_threads_per_process(1),
-                                         flags_obj.inter_op_threads, flags_obj.use_xla)
   if job.rank == 0:
     run_config = tf_estimator.estimator.RunConfig(
         model_dir=job.output_dir,
@@ -1058,7 +1053,7 @@ def train(job, flags_obj):
   if start_step >= job.num_train_steps:
     LOG.info("training already finished at step %d; skipping", start_step)
     return
-  estimator = make_estimator(job, flags_obj, build_model_fn(job, flags_obj), True)
+  estimator = make_estimator(job, flags_obj, build_model_fn(job, flags_obj))
   input_fn = file_based_input_fn_builder(
       train_file, flags_obj.max_seq_length, flags_obj.train_batch_size,
       is_training=True, shuffle_buffer=flags_obj.train_shuffle_buffer,
@@ -1074,7 +1069,7 @@ def evaluate(job, flags_obj):
   eval_file = os.path.join(job.output_dir, "eval.tf_record")
   convert_examples_cached(job.eval_examples, job.label_list, flags_obj.max_seq_length,
                           job.tokenizer, eval_file)
-  estimator = make_estimator(job, flags_obj, build_model_fn(job, flags_obj), False)
+  estimator = make_estimator(job, flags_obj, build_model_fn(job, flags_obj))
   input_fn = file_based_input_fn_builder(eval_file, flags_obj.max_seq_length,
                                          flags_obj.eval_batch_size, is_training=False)
   result = estimator.evaluate(input_fn=input_fn)
@@ -1091,7 +1086,7 @@ def predict(job, flags_obj):
   predict_file = os.path.join(job.output_dir, "predict.tf_record")
   convert_examples_cached(job.predict_examples, job.label_list, flags_obj.max_seq_length,
                           job.tokenizer, predict_file)
-  estimator = make_estimator(job, flags_obj, build_model_fn(job, flags_obj), False)
+  estimator = make_estimator(job, flags_obj, build_model_fn(job, flags_obj))
   input_fn = file_based_input_fn_builder(predict_file, flags_obj.max_seq_length,
                                          flags_obj.predict_batch_size, is_training=False)
   lines = []
