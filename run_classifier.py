@@ -189,8 +189,12 @@ class DataProcessor(object):
     """Gets a collection of `InputExample`s for prediction."""
     return self._create_examples(self._read_tsv(data_dir, self.test_file), "test")
 
-  def get_labels(self, data_dir=None):
-    """Gets the list of labels for this data set."""
+  def get_labels(self, data_dir=None, train_examples=None):
+    """Gets the list of labels for this data set.
+
+    Tasks whose labels come from the data use `train_examples` when given rather
+    than reading the training file again.
+    """
     raise NotImplementedError()
 
   def _create_examples(self, rows, set_type):
@@ -233,9 +237,10 @@ class TsvProcessor(DataProcessor):
   The label list is the sorted distinct labels of train.tsv.
   """
 
-  def get_labels(self, data_dir=None):
-    rows = self._read_tsv(data_dir, self.train_file)
-    return sorted({self._parse(row)[0] for row in rows})
+  def get_labels(self, data_dir=None, train_examples=None):
+    if train_examples is None:
+      train_examples = self.get_train_examples(data_dir)
+    return sorted({ex.label for ex in train_examples})
 
   def _create_examples(self, rows, set_type):
     examples = []
@@ -283,7 +288,7 @@ class ColumnProcessor(DataProcessor):
   header = True
   test_header = True
 
-  def get_labels(self, data_dir=None):
+  def get_labels(self, data_dir=None, train_examples=None):
     return list(self.labels)
 
   def _create_examples(self, rows, set_type):
@@ -359,7 +364,7 @@ class XnliProcessor(DataProcessor):
 
   language = "zh"
 
-  def get_labels(self, data_dir=None):
+  def get_labels(self, data_dir=None, train_examples=None):
     return ["contradiction", "entailment", "neutral"]
 
   def get_train_examples(self, data_dir):
@@ -905,8 +910,8 @@ def setup(flags_obj):
   label_list_path = os.path.join(flags_obj.output_dir, "label_list.txt")
   train_examples = None
   if flags_obj.do_train:
-    label_list = processor.get_labels(flags_obj.data_dir)
     train_examples = processor.get_train_examples(flags_obj.data_dir)
+    label_list = processor.get_labels(flags_obj.data_dir, train_examples)
     if not train_examples:
       raise InputError("%s: no training examples" %
                        os.path.join(flags_obj.data_dir, processor.train_file))
