@@ -302,11 +302,57 @@ def get_assignment_map_from_checkpoint(tvars, init_checkpoint):
   return (assignment_map, initialized_variable_names)
 
 
+DROPOUT_RESOLUTION = 1 << 16  # Each element's keep/drop draw is a 16-bit integer.
+
+
+def dropout_threshold(dropout_prob):
+  """The 16-bit draw below which an element is dropped, and the keep-scale.
+
+  Args:
+    dropout_prob: float in [0, 1).
+
+  Returns:
+    (threshold, scale): an element is dropped with probability threshold / 65536,
+    the nearest multiple of 1/65536 to `dropout_prob` (0.1 -> 6554 / 65536 =
+    0.10000610; below 1/131072 it is 0, no dropout; at most 65535 / 65536), and
+    kept ones are multiplied by scale = 65536 / (65536 - threshold), so that the
+    expectation is unchanged.
+  """
+  threshold = min(int(round(dropout_prob * DROPOUT_RESOLUTION)), DROPOUT_RESOLUTION - 1)
+  return threshold, DROPOUT_RESOLUTION / float(DROPOUT_RESOLUTION - threshold)
+
+
 def dropout(input_tensor, dropout_prob):
-  """Dropout with drop probability `dropout_prob`; the identity when it is 0 or None."""
+  """Dropout with drop probability `dropout_prob`; the identity when it is 0 or None.
+
+  The keep/drop decisions are 16-bit random integers, two from each 32-bit Philox
+  output: half the random numbers `tf.nn.dropout` draws (one float per element),
+  which on CPU is most of dropout's cost. The drop probability is rounded to a
+  multiple of 1/65536 (see `dropout_threshold`). The seed of each call comes from
+  a stateful op, so runs are reproducible under a graph-level seed and every step
+  draws a new mask.
+
+  Args:
+    input_tensor: float Tensor of any shape.
+    dropout_prob: float in [0, 1), the probability of dropping an element.
+
+  Returns:
+    Tensor of the same shape and dtype.
+  """
   if dropout_prob is None or dropout_prob == 0.0:
     return input_tensor
-  return tf.nn.dropout(input_tensor, rate=dropout_prob)
+  threshold, scale = dropout_threshold(dropout_prob)
+  if threshold == 0:
+    return input_tensor
+  shape = tf.shape(input_tensor)
+  size = tf.reduce_prod(shape)
+  seed = tf1.random.uniform([2], minval=0, maxval=2 ** 31 - 1, dtype=tf.int32)
+  bits = tf.random.stateless_uniform([(size + 1) // 2], seed=seed, minval=None,
+                                     maxval=None, dtype=tf.uint32)
+  draws = tf.reshape(tf.bitcast(bits, tf.uint16), [-1])[:size]
+  keep = tf.reshape(draws >= tf.constant(threshold, tf.uint16), shape)
+  return tf.where(keep, input_tensor * tf.cast(scale, input_tensor.dtype),
+                  tf.zeros([], input_tensor.dtype))
 
 
 def layer_norm(input_tensor, name=None):
@@ -417,7 +463,14 @@ def embedding_postprocessor(input_tensor,
       name=token_type_embedding_name,
       shape=[token_type_vocab_size, width],
       initializer=create_initializer(initializer_range))
-  output = input_tensor + tf.gather(token_type_table, token_type_ids)
+  # A one-hot matmul, as in Google's BERT: the gradient of this tiny table stays
+  # dense (a gather's would be IndexedSlices with one row per token).
+  flat_token_type_ids = tf.reshape(token_type_ids, [-1])
+  one_hot_ids = tf.one_hot(flat_token_type_ids, depth=token_type_vocab_size,
+                           dtype=token_type_table.dtype)
+  token_type_embeddings = tf.reshape(tf.matmul(one_hot_ids, token_type_table),
+                                     tf.shape(input_tensor))
+  output = input_tensor + token_type_embeddings
 
   full_position_embeddings = tf1.get_variable(
       name=position_embedding_name,

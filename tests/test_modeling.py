@@ -118,3 +118,49 @@ def test_count_parameters():
   with graph.as_default():
     total = sum(int(np.prod(v.shape.as_list())) for v in tf1.global_variables())
   assert modeling.count_parameters(config) == total
+
+
+def test_dropout_threshold_rounds_to_16_bits():
+  assert modeling.dropout_threshold(0.1) == (6554, 65536 / (65536 - 6554))
+  assert modeling.dropout_threshold(0.5) == (32768, 2.0)
+  assert modeling.dropout_threshold(1e-6)[0] == 0  # below 1/131072: no dropout
+  assert modeling.dropout_threshold(0.999999)[0] == 65535
+
+
+@pytest.mark.parametrize("shape,dtype", [([64, 4, 33, 31], tf.float32),  # odd size
+                                         ([4096, 100], tf.bfloat16)])
+def test_dropout_rate_scale_gradient_and_seeding(shape, dtype):
+  rate = 0.1
+  threshold, scale = modeling.dropout_threshold(rate)
+
+  def run(graph_seed, steps):
+    with tf.Graph().as_default():
+      tf1.set_random_seed(graph_seed)
+      x = tf.ones(shape, dtype)
+      y = modeling.dropout(x, rate)
+      grad = tf.gradients(tf.reduce_sum(tf.cast(y, tf.float32) * 3.0), x)[0]
+      with tf1.Session() as sess:
+        return [sess.run([y, grad]) for _ in range(steps)]
+
+  (y1, g1), (y2, _) = run(7, 2)
+  y1 = y1.astype(np.float32)
+  kept = y1 != 0
+  assert y1.shape == tuple(shape)
+  # Kept elements are scaled so that the mean is unchanged; the rest are 0.
+  np.testing.assert_allclose(y1[kept], scale, rtol=1e-2 if dtype == tf.bfloat16 else 1e-6)
+  n = kept.size
+  drop_frac = 1.0 - kept.mean()
+  assert abs(drop_frac - threshold / 65536.0) < 5 * np.sqrt(rate * (1 - rate) / n)
+  # The gradient flows through exactly the kept elements, with the same scale.
+  np.testing.assert_array_equal(g1.astype(np.float32) != 0, kept)
+  np.testing.assert_allclose(g1.astype(np.float32)[kept], 3.0 * scale, rtol=1e-2)
+  # A new mask every step, the same masks under the same graph seed.
+  assert (y2.astype(np.float32) != 0).mean() > 0.85 and not np.array_equal(y2 != 0, kept)
+  (y1_again, _), _ = run(7, 2)
+  np.testing.assert_array_equal(y1_again.astype(np.float32) != 0, kept)
+
+
+def test_dropout_off():
+  x = tf.constant([1.0, 2.0])
+  assert modeling.dropout(x, 0.0) is x and modeling.dropout(x, None) is x
+  assert modeling.dropout(x, 1e-7) is x

@@ -63,3 +63,46 @@ def test_gradients_are_clipped_to_global_norm_one():
   assert abs(norm - 100.0 * np.sqrt(2)) < 1e-3
   # adam_m = (1 - beta_1) * clipped gradient, clipped to norm 1.
   np.testing.assert_allclose(m_val, 0.1 * np.array([1, 1]) / np.sqrt(2), rtol=1e-5)
+
+
+def _reference_adam_weight_decay(param, grads, lr, weight_decay_rate, beta_1=0.9,
+                                 beta_2=0.999, epsilon=1e-6):
+  """Google BERT's AdamWeightDecay update, in float64 numpy, over a list of gradients."""
+  p = param.astype(np.float64)
+  m = np.zeros_like(p)
+  v = np.zeros_like(p)
+  for g in grads:
+    m = beta_1 * m + (1.0 - beta_1) * g
+    v = beta_2 * v + (1.0 - beta_2) * g * g
+    p = p - lr * (m / (np.sqrt(v) + epsilon) + weight_decay_rate * p)
+  return p, m, v
+
+
+def test_fused_update_matches_google_adam_weight_decay_formula():
+  rng = np.random.RandomState(3)
+  init = rng.normal(size=[4, 5]).astype(np.float32)
+  grads = [rng.normal(scale=s, size=[4, 5]).astype(np.float32) for s in (1.0, 0.01, 3.0, 0.5)]
+  lr, wd = 0.05, 0.3  # a large decay, so that a wrong decay term shows
+  with tf.Graph().as_default():
+    kernel = tf1.get_variable("dense/kernel", initializer=init)
+    bias = tf1.get_variable("dense/bias", initializer=init)  # excluded from decay
+    g = tf1.placeholder(tf.float32, [4, 5])
+    opt = optimization.AdamWeightDecayOptimizer(
+        learning_rate=lr, weight_decay_rate=wd, exclude_from_weight_decay=["bias"])
+    step = tf1.train.get_or_create_global_step()
+    train_op = opt.apply_gradients([(g, kernel), (g, bias)], global_step=step)
+    slots = [v for v in tf1.global_variables() if "adam_" in v.name]
+    with tf1.Session() as sess:
+      sess.run(tf1.global_variables_initializer())
+      for grad in grads:
+        sess.run(train_op, {g: grad})
+      got = sess.run({"kernel": kernel, "bias": bias, "step": step,
+                      **{v.op.name: v for v in slots}})
+  for name, decay in (("dense/kernel", wd), ("dense/bias", 0.0)):
+    p, m, v = _reference_adam_weight_decay(init, grads, lr, decay)
+    # The fused kernel computes 1 - beta_2 in float32 (0.00099998713, not 0.001):
+    # v is off by 1.3e-5 relative, the summed steps here by up to 3e-5.
+    np.testing.assert_allclose(got[name.split("/")[1]] - init, p - init, rtol=1e-4, atol=1e-8)
+    np.testing.assert_allclose(got[name + "/adam_m"], m, rtol=1e-5, atol=1e-8)
+    np.testing.assert_allclose(got[name + "/adam_v"], v, rtol=3e-5, atol=1e-10)
+  assert got["step"] == len(grads)
