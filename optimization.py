@@ -52,7 +52,8 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
     sparse_embedding_allreduce: bool, exchange the word-embedding gradient as the
       rows this step touched (an allgather of IndexedSlices) instead of allreducing
       the dense [vocab_size, hidden] table; cheaper when processes x tokens per
-      batch is below vocab_size. Ignored (dense) with gradient accumulation.
+      batch is below vocab_size. Not with gradient accumulation (Horovod
+      accumulates dense gradients): then the table is allreduced.
 
   Returns:
     (train_op, learning_rate, grad_norm): the op, the current rate and the global

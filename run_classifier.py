@@ -39,6 +39,8 @@ LOG = train_metrics.LOG
 # peer, out of memory, ...); 2 bad input (flags, files, lines, labels, configs).
 EXIT_BAD_INPUT = 2
 RESULT_FILES = ("eval_results.txt", "test_results.tsv")
+# Horovod's cycle on hosts without GPUs (see --horovod_cycle_time_ms).
+CPU_HOROVOD_CYCLE_TIME_MS = 10.0
 _LOCK_FILES = []  # Open lock files: held for the life of the process.
 
 FLAGS = flags.FLAGS
@@ -127,6 +129,18 @@ flags.DEFINE_bool(
     "that support it (avx512_bf16 or amx_bf16); variables stay float32.")
 flags.DEFINE_bool("fp16_allreduce", False,
                   "Compress gradients to float16 for the Horovod allreduce.")
+flags.DEFINE_enum(
+    "embedding_allreduce", "auto", ["auto", "dense", "sparse"],
+    "How ranks exchange the word-embedding gradient: 'dense' allreduces the whole "
+    "[vocab_size, hidden] table, 'sparse' allgathers only the rows each batch "
+    "used; 'auto' picks sparse when processes x train_batch_size x max_seq_length "
+    "< vocab_size (fewer bytes) and no gradient accumulation is on.")
+flags.DEFINE_float(
+    "horovod_cycle_time_ms", 0.0,
+    "Horovod's cycle (HOROVOD_CYCLE_TIME): how often ranks coordinate ready "
+    "gradients. 0 = the HOROVOD_CYCLE_TIME environment variable if set, else "
+    "%g ms on hosts without GPUs (each cycle wakes threads on the cores that "
+    "compute) and Horovod's own default (1 ms) with GPUs." % CPU_HOROVOD_CYCLE_TIME_MS)
 flags.DEFINE_integer(
     "gradient_accumulation_steps", 1,
     "Micro-batches of --train_batch_size per optimizer update (one allreduce per "
@@ -637,7 +651,7 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
                      num_train_steps, num_warmup_steps, task_name="tsv",
                      scale_learning_rate=True, training_hooks_fn=None,
                      compute_type=tf.float32, gradient_accumulation_steps=1,
-                     fp16_allreduce=False):
+                     fp16_allreduce=False, sparse_embedding_allreduce=False):
   """Returns the `model_fn` closure for the Estimator.
 
   Args:
@@ -654,6 +668,8 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
       (float16 adds dynamic loss scaling).
     gradient_accumulation_steps: int, micro-batches per optimizer update.
     fp16_allreduce: bool, compress gradients to float16 for the allreduce.
+    sparse_embedding_allreduce: bool, allgather the word-embedding rows instead
+      of allreducing the dense table.
   """
 
   def model_fn(features, labels, mode, params):
@@ -681,7 +697,8 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
           scale_learning_rate=scale_learning_rate,
           gradient_accumulation_steps=gradient_accumulation_steps,
           fp16_allreduce=fp16_allreduce,
-          dynamic_loss_scale=compute_type == tf.float16)
+          dynamic_loss_scale=compute_type == tf.float16,
+          sparse_embedding_allreduce=sparse_embedding_allreduce)
       tf1.summary.scalar("learning_rate", lr)
       tf1.summary.scalar("grad_global_norm", grad_norm)
       hooks = training_hooks_fn(total_loss, lr) if training_hooks_fn else []
@@ -735,6 +752,34 @@ def cpu_threads_per_process(local_size, requested=0):
   except AttributeError:
     cores = os.cpu_count() or 1
   return max(1, cores // max(1, local_size))
+
+
+def horovod_cycle_time_ms(requested, environ, gpu_available):
+  """The HOROVOD_CYCLE_TIME to set before `hvd.init()`, or None to leave it.
+
+  Every cycle Horovod's background thread wakes and the ranks exchange a message,
+  whether or not a gradient is ready. On a CPU host those wake-ups preempt the
+  compute threads: at Horovod's 1 ms, 2 processes x 1 thread spent ~15% of each
+  step of the default benchmark on them (12,000 context switches/s); 10 ms
+  removes most of that and costs at most one cycle of latency per allreduce.
+  """
+  if requested > 0:
+    return requested
+  if "HOROVOD_CYCLE_TIME" in environ or gpu_available:
+    return None
+  return CPU_HOROVOD_CYCLE_TIME_MS
+
+
+def use_sparse_embedding_allreduce(mode, size, batch_size, seq_length, vocab_size,
+                                   gradient_accumulation_steps):
+  """Whether to allgather the word-embedding rows instead of allreducing the table.
+
+  An allgather sends size x batch_size x seq_length rows (one per token, repeats
+  included) to every rank; the dense allreduce moves the vocab_size-row table.
+  """
+  if mode != "auto" or gradient_accumulation_steps > 1:
+    return mode == "sparse" and gradient_accumulation_steps <= 1
+  return size * batch_size * seq_length < vocab_size
 
 
 def make_session_config(gpu_available, local_rank, intra_op_threads, inter_op_threads,
@@ -825,9 +870,17 @@ def validate_flags(flags_obj):
                      flags_obj.warmup_proportion)
   if flags_obj.max_seq_length < 3:
     raise InputError("--max_seq_length must be at least 3")
+  if flags_obj.horovod_cycle_time_ms < 0:
+    raise InputError("--horovod_cycle_time_ms must be >= 0, got %g" %
+                     flags_obj.horovod_cycle_time_ms)
   if flags_obj.gradient_accumulation_steps < 1:
     raise InputError("--gradient_accumulation_steps must be at least 1, got %d" %
                      flags_obj.gradient_accumulation_steps)
+  if (flags_obj.embedding_allreduce == "sparse" and
+      flags_obj.gradient_accumulation_steps > 1):
+    raise InputError("--embedding_allreduce=sparse does not work with "
+                     "--gradient_accumulation_steps > 1 (Horovod accumulates dense "
+                     "gradients); use auto or dense")
 
 
 def check_checkpoint_matches(init_checkpoint, bert_config, num_labels):
@@ -956,6 +1009,10 @@ def setup(flags_obj):
       predict_examples=predict_examples, num_train_steps=num_train_steps,
       num_warmup_steps=num_warmup_steps, threads=0 if gpu_available else threads,
       compute_type=compute_type, gpu_available=gpu_available,
+      sparse_embedding_allreduce=use_sparse_embedding_allreduce(
+          flags_obj.embedding_allreduce, size, flags_obj.train_batch_size,
+          flags_obj.max_seq_length, bert_config.vocab_size,
+          flags_obj.gradient_accumulation_steps),
       session_config=make_session_config(gpu_available, hvd.local_rank(), threads,
                                          flags_obj.inter_op_threads, flags_obj.use_xla))
 
@@ -1021,7 +1078,8 @@ def build_model_fn(job, flags_obj):
       training_hooks_fn=training_hooks_fn,
       compute_type=job.compute_type,
       gradient_accumulation_steps=flags_obj.gradient_accumulation_steps,
-      fp16_allreduce=flags_obj.fp16_allreduce)
+      fp16_allreduce=flags_obj.fp16_allreduce,
+      sparse_embedding_allreduce=job.sparse_embedding_allreduce)
 
 
 def describe_speed_options(job, flags_obj):
@@ -1033,6 +1091,9 @@ def describe_speed_options(job, flags_obj):
     parts.append("XLA")
   if flags_obj.fp16_allreduce:
     parts.append("fp16 allreduce")
+  if job.size > 1:
+    parts.append("word-embedding gradient %s" % (
+        "allgathered (sparse)" if job.sparse_embedding_allreduce else "allreduced (dense)"))
   return ", ".join(parts)
 
 
@@ -1138,6 +1199,11 @@ def fail(message, code):
 
 
 def main(_):
+  cycle_ms = horovod_cycle_time_ms(FLAGS.horovod_cycle_time_ms, os.environ,
+                                   bool(tf.config.list_physical_devices("GPU")))
+  if cycle_ms:
+    # Horovod: read when hvd.init() starts the background thread.
+    os.environ["HOROVOD_CYCLE_TIME"] = "%g" % cycle_ms
   # Horovod: initialize Horovod before anything else.
   hvd.init()
   # Horovod: processes on one host share its cores. TensorFlow's thread pools are

@@ -140,7 +140,7 @@ def test_real_tiny_benchmark(tmp_path):
   cmd = [sys.executable, SCRIPT, "--num_hidden_layers", "1", "--hidden_size", "32",
          "--num_attention_heads", "2", "--intermediate_size", "64",
          "--max_seq_length", "16", "--vocab_size", "200", "--settings", "1x1,2x1",
-         "--steps", "8", "--batch", "4", "--work_dir", str(work),
+         "--steps", "8", "--batch", "4", "--work_dir", str(work), "--repeats", "2",
          "--matmul_n", "256", "--peak_secs", "0.3", "--peak_repeats", "1"]
   proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400)
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -152,6 +152,10 @@ def test_real_tiny_benchmark(tmp_path):
     assert r["metrics"]["steps_timed"] == 3
     assert r["derived"]["achieved_tflops_global"] > 0
     assert r["derived"]["per_process_mfu"] > 0
+    # Two interleaved runs of each setting; the table reports the faster.
+    assert len(r["repeat_rates"]) == 2
+    assert r["metrics"]["examples_per_sec_global"] == max(r["repeat_rates"])
+    assert len(r["other_run_dirs"]) == 1 and os.path.isdir(r["other_run_dirs"][0])
   assert runs["2x1"]["metrics"]["global_batch"] == 8
   assert results["peaks"]["T1"]["aggregate_best"] > 0
   assert len(results["peaks"]["P2xT1"]["per_process_best"]) == 2

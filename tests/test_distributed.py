@@ -102,12 +102,14 @@ def trained_weights(out_dir):
 
 
 @requires("horovodrun")
-def test_two_processes_match_one_process_with_double_batch(tmp_path):
+@pytest.mark.parametrize("embedding_allreduce", ["dense", "sparse"])
+def test_two_processes_match_one_process_with_double_batch(tmp_path, embedding_allreduce):
   """With dropout off, 2 x batch b ends with the weights of 1 x batch 2b.
 
   This fails if gradients are summed instead of averaged, if the allreduce is
   skipped, if rank 1 does not start from rank 0's weights, or if sharding breaks
-  the global batch.
+  the global batch; with the word-embedding gradient allreduced as a dense table
+  and allgathered as the rows each batch used.
   """
   task = write_task(str(tmp_path / "task"), n_train=96, dropout=0.0)
   init = make_init_checkpoint(str(tmp_path / "init"), tiny_config(dropout=0.0))
@@ -118,8 +120,12 @@ def test_two_processes_match_one_process_with_double_batch(tmp_path):
   two = str(tmp_path / "two")
   assert_ok(run_job("python", 1, classifier_args(task, one, "--train_batch_size=8",
                                                  *common)))
-  assert_ok(run_job("horovodrun", 2, classifier_args(task, two, "--train_batch_size=4",
-                                                     *common)))
+  proc = run_job("horovodrun", 2, classifier_args(
+      task, two, "--train_batch_size=4", "--embedding_allreduce=" + embedding_allreduce,
+      *common))
+  assert_ok(proc)
+  assert "word-embedding gradient %s" % (
+      "allgathered" if embedding_allreduce == "sparse" else "allreduced") in proc.stderr
   w1, w2 = trained_weights(one), trained_weights(two)
   assert sorted(w1) == sorted(w2) and len(w1) > 30
   init_reader = tf.train.load_checkpoint(init)

@@ -1,6 +1,7 @@
 """Unit tests of run_classifier.py: processors, sharding, step counts, features."""
 
 import os
+import types
 
 import pytest
 
@@ -97,6 +98,23 @@ def test_cpu_threads_divide_cores_among_local_processes():
   assert gpu.gpu_options.visible_device_list == "3" and gpu.gpu_options.allow_growth
 
 
+def test_horovod_cycle_time_defaults_to_10ms_on_cpu_hosts_only():
+  assert rc.horovod_cycle_time_ms(0, {}, gpu_available=False) == 10.0
+  assert rc.horovod_cycle_time_ms(0, {}, gpu_available=True) is None  # Horovod's own
+  # horovodrun --cycle-time-ms (or the user) set the variable: left alone.
+  assert rc.horovod_cycle_time_ms(0, {"HOROVOD_CYCLE_TIME": "3"}, False) is None
+  assert rc.horovod_cycle_time_ms(2.5, {"HOROVOD_CYCLE_TIME": "3"}, True) == 2.5
+
+
+def test_embedding_allreduce_auto_compares_gathered_rows_with_vocab():
+  # 2 x 16 x 128 = 4096 gathered rows < 30522: allgather; 8 x 32 x 128 > 30522: dense.
+  assert rc.use_sparse_embedding_allreduce("auto", 2, 16, 128, 30522, 1)
+  assert not rc.use_sparse_embedding_allreduce("auto", 8, 32, 128, 30522, 1)
+  assert not rc.use_sparse_embedding_allreduce("auto", 2, 16, 128, 30522, 2)
+  assert rc.use_sparse_embedding_allreduce("sparse", 8, 32, 128, 30522, 1)
+  assert not rc.use_sparse_embedding_allreduce("dense", 2, 16, 128, 30522, 1)
+
+
 def test_glue_processors(tmp_path):
   write(tmp_path / "train.tsv",
         "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t1\t2\tHe said.\tShe said.\n")
@@ -147,3 +165,23 @@ def test_glue_pair_and_single_sentence_tasks(tmp_path, task):
   write(tmp_path / "train.tsv", train.splitlines()[0] + "\nonly-one-field\n")
   with pytest.raises(rc.InputError, match="train.tsv:2: expected at least"):
     proc.get_train_examples(str(tmp_path))
+
+
+def flag_values(**overrides):
+  """The flags' defaults plus `overrides`, as validate_flags reads them."""
+  values = {name: rc.FLAGS[name].default for name in rc.FLAGS}
+  values.update(data_dir="d", bert_config_file="c", task_name="tsv", vocab_file="v",
+                output_dir="o", do_train=True)
+  values.update(overrides)
+  return types.SimpleNamespace(**values)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"horovod_cycle_time_ms": -1.0}, "--horovod_cycle_time_ms must be >= 0"),
+    ({"embedding_allreduce": "sparse", "gradient_accumulation_steps": 2},
+     "--embedding_allreduce=sparse does not work with --gradient_accumulation_steps"),
+])
+def test_speed_flag_conflicts_are_input_errors(overrides, message):
+  rc.validate_flags(flag_values())  # the defaults are valid
+  with pytest.raises(rc.InputError, match=message):
+    rc.validate_flags(flag_values(**overrides))
