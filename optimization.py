@@ -207,8 +207,11 @@ class AdamWeightDecayOptimizer(tf1.train.Optimizer):
       m, v = self._slots_by_name[param_name]
       deps = []
       if self._do_use_weight_decay(param_name):
-        # Decoupled weight decay, from the value before this step's update.
-        deps.append(param.assign_sub(decay * param, read_value=False))
+        # Decoupled weight decay, from the value before this step's update. It
+        # waits for the (clipped, so fully computed) gradient: otherwise it could
+        # run during the forward pass and change the weights that pass reads.
+        with tf.control_dependencies([grad]):
+          deps.append(param.assign_sub(decay * param, read_value=False))
       with tf.control_dependencies(deps):
         updates.append(tf.raw_ops.ResourceApplyAdam(
             var=param.handle, m=m.handle, v=v.handle, beta1_power=no_correction,

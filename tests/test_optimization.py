@@ -106,3 +106,32 @@ def test_fused_update_matches_google_adam_weight_decay_formula():
     np.testing.assert_allclose(got[name + "/adam_m"], m, rtol=1e-5, atol=1e-8)
     np.testing.assert_allclose(got[name + "/adam_v"], v, rtol=3e-5, atol=1e-10)
   assert got["step"] == len(grads)
+
+
+def test_weight_decay_waits_for_the_gradient():
+  """The decay writes the weights, so it must not run before the backward pass is done.
+
+  Without the dependency it raced the forward pass (training became
+  non-deterministic run to run).
+  """
+  with tf.Graph().as_default():
+    w = tf1.get_variable("dense/kernel", initializer=[1.0, 2.0])
+    loss = tf.reduce_sum(tf.square(w))
+    train_op, _, _ = optimization.create_optimizer(
+        loss=loss, init_lr=0.1, num_train_steps=10, num_warmup_steps=0)
+    del train_op
+    graph = tf1.get_default_graph()
+    decays = [op for op in graph.get_operations() if op.type == "AssignSubVariableOp"]
+    assert decays
+
+    def depends_on_loss_gradient(op, seen):
+      if op.name in seen:
+        return False
+      seen.add(op.name)
+      if op.name.startswith("gradients/"):
+        return True
+      return any(depends_on_loss_gradient(i.op, seen) for i in op.inputs) or any(
+          depends_on_loss_gradient(c, seen) for c in op.control_inputs)
+
+    for op in decays:
+      assert depends_on_loss_gradient(op, set()), op.name
