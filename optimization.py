@@ -53,7 +53,7 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
       rows this step touched (an allgather of IndexedSlices) instead of allreducing
       the dense [vocab_size, hidden] table; cheaper when processes x tokens per
       batch is below vocab_size. Not with gradient accumulation (Horovod
-      accumulates dense gradients): then the table is allreduced.
+      accumulates dense gradients only, and raises otherwise).
 
   Returns:
     (train_op, learning_rate, grad_norm): the op, the current rate and the global
@@ -80,8 +80,7 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
   # Horovod: wrap the optimizer so compute_gradients() returns gradients averaged
   # over all processes: an allreduce of each dense gradient and, unless
   # sparse_as_dense, an allgather of the IndexedSlices (the word-embedding rows).
-  sparse = sparse_embedding_allreduce and gradient_accumulation_steps <= 1
-  dist_kwargs = {"sparse_as_dense": not sparse}
+  dist_kwargs = {"sparse_as_dense": not sparse_embedding_allreduce}
   if fp16_allreduce:
     # Horovod: compress gradients to float16 for the allreduce.
     dist_kwargs["compression"] = hvd.Compression.fp16

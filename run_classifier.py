@@ -777,9 +777,9 @@ def use_sparse_embedding_allreduce(mode, size, batch_size, seq_length, vocab_siz
   An allgather sends size x batch_size x seq_length rows (one per token, repeats
   included) to every rank; the dense allreduce moves the vocab_size-row table.
   """
-  if mode != "auto" or gradient_accumulation_steps > 1:
-    return mode == "sparse" and gradient_accumulation_steps <= 1
-  return size * batch_size * seq_length < vocab_size
+  if mode != "auto":
+    return mode == "sparse"  # validate_flags rejects sparse with accumulation.
+  return gradient_accumulation_steps <= 1 and size * batch_size * seq_length < vocab_size
 
 
 def make_session_config(gpu_available, local_rank, intra_op_threads, inter_op_threads,
