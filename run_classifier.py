@@ -1192,9 +1192,12 @@ def configure_logging(rank):
 
 
 def fail(message, code):
-  """Prints one error line naming the problem and exits with `code`."""
+  """Prints one error line naming the problem and exits with `code`; all ranks call it."""
   sys.stderr.write("run_classifier.py: error (rank %d): %s\n" % (hvd.rank(), message))
   sys.stderr.flush()
+  if hvd.size() > 1:
+    # Horovod: a launcher kills the other ranks once one exits; let all print first.
+    hvd.allgather_object(None)
   sys.exit(code)
 
 
@@ -1255,7 +1258,21 @@ def parse_flags(argv):
     return FLAGS(argv)
   except flags.Error as e:
     sys.stderr.write("%s: error: %s\n" % (os.path.basename(argv[0]), e))
+    sys.stderr.flush()
+    if launched_process_count(os.environ) > 1:
+      # Horovod: every rank has the same bad command line. A launcher kills the
+      # others as soon as one exits, so wait until all have printed the error.
+      hvd.init()
+      hvd.allgather_object(None)
     sys.exit(EXIT_BAD_INPUT)
+
+
+def launched_process_count(env):
+  """How many processes the launcher started (horovodrun, mpirun or srun), else 1."""
+  for name in ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+    if env.get(name, "").isdigit():
+      return int(env[name])
+  return 1
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -132,6 +133,30 @@ def test_bad_input_fails_fast_on_every_rank(tmp_path, break_input):
   for name in ("eval_results.txt", "test_results.tsv"):
     assert not os.path.exists(os.path.join(out, name))
   assert elapsed < 90
+
+
+@pytest.mark.parametrize("launcher", ["horovodrun",
+                                      pytest.param("mpirun", marks=requires("mpirun"))])
+def test_flag_error_is_reported_by_a_rank_that_starts_late(tmp_path, launcher):
+  task = write_task(str(tmp_path / "task"))
+  args = classifier_args(task, str(tmp_path / "out"), "--do_train", "--no_such_flag=1")
+  # Rank 1 starts 8 s after rank 0. A launcher kills the other ranks as soon as
+  # one exits, so rank 0 must wait for rank 1 to print the error too.
+  late = ('r=${HOROVOD_RANK:-$OMPI_COMM_WORLD_RANK}; '
+          'if [ "$r" = 1 ]; then sleep 8; fi; exec "$0" "$@"')
+  cmd = (launcher_prefix(launcher, 2)[:-1] +
+         ["bash", "-c", late, sys.executable, os.path.join(ROOT, "run_classifier.py")] +
+         args)
+  proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120,
+                        env=dict(os.environ, PYTHONUNBUFFERED="1"))
+  assert proc.returncode != 0
+  output = proc.stdout + proc.stderr
+  message = "Unknown command line flag 'no_such_flag'"
+  ranks = {l[:3] for l in output.splitlines() if message in l}
+  if launcher == "horovodrun":
+    assert ranks == {"[0]", "[1]"}, output[-3000:]
+  else:
+    assert output.count(message) == 2, output[-3000:]
 
 
 def single_process_exit_code_is_bad_input(tmp_path):

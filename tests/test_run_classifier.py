@@ -106,6 +106,14 @@ def test_horovod_cycle_time_defaults_to_10ms_on_cpu_hosts_only():
   assert rc.horovod_cycle_time_ms(2.5, {"HOROVOD_CYCLE_TIME": "3"}, True) == 2.5
 
 
+def test_launched_process_count_reads_the_launchers_variables():
+  assert rc.launched_process_count({}) == 1
+  assert rc.launched_process_count({"HOROVOD_SIZE": "4"}) == 4  # horovodrun
+  assert rc.launched_process_count({"OMPI_COMM_WORLD_SIZE": "8"}) == 8  # mpirun
+  assert rc.launched_process_count({"PMI_SIZE": "2"}) == 2  # srun
+  assert rc.launched_process_count({"HOROVOD_SIZE": ""}) == 1
+
+
 def test_embedding_allreduce_auto_compares_gathered_rows_with_vocab():
   # 2 x 16 x 128 = 4096 gathered rows < 30522: allgather; 8 x 32 x 128 > 30522: dense.
   assert rc.use_sparse_embedding_allreduce("auto", 2, 16, 128, 30522, 1)
