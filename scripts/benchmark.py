@@ -7,11 +7,12 @@
 For every setting PxT (P processes x T intra-op threads each; with --gpu just P,
 one GPU per process) it runs
 
-  horovodrun -np P --gloo python run_classifier.py --task_name=tsv --do_train
+  horovodrun -np P --mpi python run_classifier.py --task_name=tsv --do_train
       --train_batch_size=B --intra_op_threads=T --inter_op_threads=1
       --max_train_steps=STEPS ...
 
---repeats times, interleaved (1x1, 1x2, 2x1, 1x1, 1x2, 2x1), and keeps the
+(--controller gloo: `--gloo`; the default is MPI where Horovod has it and mpirun
+is on PATH, Gloo otherwise), --repeats times, interleaved (1x1, 1x2, 2x1, 1x1, 1x2, 2x1), and keeps the
 fastest run of each setting, on a generated task (a vocab of --vocab_size tokens
 `[PAD] [UNK] [CLS] [SEP] [MASK] w0 w1 ...`, a bert_config.json from the flags, and train.tsv lines of random words
 that fill the whole sequence: random ids, no padding), then reads the
@@ -119,6 +120,10 @@ def parse_args(argv=None):
                  help="Timed windows per peak measurement (the best counts).")
   p.add_argument("--skip_peak", action="store_true",
                  help="Do not measure matmul peaks (no MFU columns).")
+  p.add_argument("--controller", choices=["auto", "gloo", "mpi"], default="auto",
+                 help="How horovodrun connects the processes: 'mpi' (horovodrun --mpi, "
+                 "Open MPI's shared memory on one host) or 'gloo' (TCP); 'auto' = mpi "
+                 "when Horovod was built with MPI and mpirun is on PATH, else gloo.")
   p.add_argument("--horovodrun", default=None,
                  help="horovodrun executable (default: on PATH or next to python).")
   p.add_argument("--script", default=os.path.join(ROOT, "run_classifier.py"),
@@ -493,9 +498,34 @@ def find_horovodrun(explicit):
                                                 sys.executable))
 
 
+def horovod_controllers(horovodrun):
+  """The controllers `horovodrun --check-build` marks available, e.g. {"gloo", "mpi"}."""
+  try:
+    out = subprocess.run([horovodrun, "--check-build"], capture_output=True, text=True,
+                         timeout=300).stdout
+  except (OSError, subprocess.TimeoutExpired):
+    return set()
+  section = out.split("Available Controllers:", 1)[-1].split("Available Tensor", 1)[0]
+  return {name.lower() for name in re.findall(r"\[X\]\s+(\w+)", section)}
+
+
+def resolve_controller(requested, available, mpirun_on_path):
+  """'gloo' or 'mpi' for --controller; BenchmarkError if the requested one is missing."""
+  if requested == "auto":
+    return "mpi" if "mpi" in available and mpirun_on_path else "gloo"
+  if requested == "mpi" and not ("mpi" in available and mpirun_on_path):
+    raise BenchmarkError("--controller mpi: %s" % (
+        "mpirun is not on PATH" if "mpi" in available else
+        "this Horovod was built without MPI (bash scripts/setup.sh builds it with MPI)"))
+  if requested not in available:
+    raise BenchmarkError("--controller %s: this Horovod was built without it" % requested)
+  return requested
+
+
 def classifier_command(horovodrun, args, paths, processes, threads, output_dir):
-  """The horovodrun command line of one training run."""
-  cmd = [horovodrun, "-np", str(processes), "--gloo", sys.executable, args.script,
+  """The horovodrun command line of one training run (args.controller: gloo or mpi)."""
+  cmd = [horovodrun, "-np", str(processes), "--" + args.controller, sys.executable,
+         args.script,
          "--task_name=tsv", "--do_train",
          "--data_dir=" + paths["data_dir"], "--vocab_file=" + paths["vocab_file"],
          "--bert_config_file=" + paths["bert_config_file"],
@@ -546,12 +576,12 @@ def run_training(cmd, run_dir, env, timeout):
 def split_launcher_output(text):
   """(lines the ranks wrote to stderr, exit code horovodrun reports or None).
 
-  horovodrun prefixes each rank's stderr line with `[rank]<stderr>:` and, when a
-  rank fails, appends its own traceback ending in `Exit code: N`.
+  horovodrun prefixes each rank's stderr line with `[rank]<stderr>:` (Gloo) or
+  `[job,rank]<stderr>:` (MPI) and, when a rank fails, reports `Exit code: N`.
   """
   worker, code = [], None
   for line in text.splitlines():
-    match = re.match(r"^\[\d+\]<stderr>:", line)
+    match = re.match(r"^\[\d+(,\d+)?\]<stderr>:", line)
     if match:
       worker.append(line)
     elif line.strip().startswith("Exit code:"):
@@ -574,7 +604,7 @@ def run_setting(horovodrun, args, paths, processes, threads, repeat=0):
   log("  %s: %.1f examples/sec global, step p50 %.3fs, %.0fs wall" % (
       name, metrics["examples_per_sec_global"], metrics["step_time_p50_s"], wall))
   return {"setting": name, "processes": processes, "threads": threads,
-          "command": cmd, "wall_s": wall, "run_dir": run_dir, "metrics": metrics}
+          "controller": args.controller, "command": cmd, "wall_s": wall, "run_dir": run_dir, "metrics": metrics}
 
 
 def run_all_settings(horovodrun, args, paths, settings):
@@ -781,6 +811,9 @@ def run_benchmark(args):
   validate_args(args)
   settings = parse_settings(args.settings, args.gpu)
   horovodrun = find_horovodrun(args.horovodrun)
+  args.controller = resolve_controller(args.controller, horovod_controllers(horovodrun),
+                                       shutil.which("mpirun") is not None)
+  log("Horovod controller: %s" % args.controller)
   if not args.work_dir:
     args.work_dir = tempfile.mkdtemp(prefix="bert-benchmark-")
   os.makedirs(args.work_dir, exist_ok=True)
@@ -828,6 +861,9 @@ def main(argv=None):
     return 1
   print("\n".join(results["flops"]["lines"]))
   print()
+  print("Horovod controller: %s (processes on one host exchange gradients %s)" % (
+      args.controller, "through Open MPI's shared memory" if args.controller == "mpi"
+      else "over TCP"))
   print("\n".join(results["table"]))
   print()
   for line in results["comparisons"]:

@@ -111,6 +111,42 @@ def test_derived_numbers_and_table(gpu):
     assert "MFU vs bf16 peak" in table[0]
 
 
+def test_controller_auto_prefers_mpi_where_horovod_and_mpirun_have_it():
+  both = {"gloo", "mpi"}
+  assert benchmark.resolve_controller("auto", both, mpirun_on_path=True) == "mpi"
+  assert benchmark.resolve_controller("auto", both, mpirun_on_path=False) == "gloo"
+  assert benchmark.resolve_controller("auto", {"gloo"}, mpirun_on_path=True) == "gloo"
+  assert benchmark.resolve_controller("gloo", both, mpirun_on_path=True) == "gloo"
+  with pytest.raises(benchmark.BenchmarkError, match="--controller mpi: mpirun is not"):
+    benchmark.resolve_controller("mpi", both, mpirun_on_path=False)
+  with pytest.raises(benchmark.BenchmarkError, match="built without MPI"):
+    benchmark.resolve_controller("mpi", {"gloo"}, mpirun_on_path=True)
+
+
+def test_command_names_the_controller():
+  args = benchmark.parse_args(["--controller", "gloo"])
+  paths = {"data_dir": "d", "vocab_file": "v", "bert_config_file": "c"}
+  for controller in ("gloo", "mpi"):
+    args.controller = controller
+    cmd = benchmark.classifier_command("horovodrun", args, paths, 2, 1, "out")
+    assert cmd[:4] == ["horovodrun", "-np", "2", "--" + controller]
+
+
+def test_launcher_output_split_reads_gloo_and_mpi_prefixes():
+  text = ("[0]<stderr>:gloo line\n[1,0]<stderr>:mpi line\nother\n"
+          "  Exit code:    3\n")
+  worker, code = benchmark.split_launcher_output(text)
+  assert worker == ["[0]<stderr>:gloo line", "[1,0]<stderr>:mpi line"] and code == "3"
+
+
+@requires("horovodrun")
+def test_check_build_lists_the_controllers_setup_builds():
+  available = benchmark.horovod_controllers(benchmark.find_horovodrun(None))
+  assert "gloo" in available
+  if os.environ.get("CI"):  # scripts/setup.sh builds Horovod with MPI too
+    assert "mpi" in available
+
+
 def test_missing_horovodrun_is_a_clear_error(capsys):
   assert benchmark.main(["--horovodrun", "/nonexistent/horovodrun"]) == 1
   assert "horovodrun not found at /nonexistent/horovodrun" in capsys.readouterr().err
@@ -122,6 +158,7 @@ def test_failed_run_shows_exit_code_and_stderr_tail(tmp_path, capsys):
   bad.write_text("import sys\nfor i in range(30):\n  sys.stderr.write('line %d\\n' % i)\n"
                  "sys.exit(3)\n")
   code = benchmark.main(["--script", str(bad), "--settings", "1x1", "--steps", "6",
+                         "--controller", "gloo",
                          "--skip_peak", "--vocab_size", "20", "--max_seq_length", "8",
                          "--num_hidden_layers", "1", "--hidden_size", "8",
                          "--num_attention_heads", "2", "--intermediate_size", "8",
@@ -163,3 +200,10 @@ def test_real_tiny_benchmark(tmp_path):
   assert "| processes x threads | global examples/sec |" in proc.stdout
   assert "| 2x1 |" in proc.stdout
   assert "2x1 vs 1x1 scaling efficiency:" in proc.stdout
+  # The default controller: MPI where Horovod has it (CI builds it), else Gloo.
+  controller = results["config"]["args"]["controller"]
+  assert controller in ("gloo", "mpi")
+  if os.environ.get("CI"):
+    assert controller == "mpi"
+  assert all(r["command"][3] == "--" + controller for r in runs.values())
+  assert "Horovod controller: %s" % controller in proc.stdout

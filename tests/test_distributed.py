@@ -66,6 +66,8 @@ def test_two_processes_train_eval_predict(tiny_task, tmp_path, launcher):
       tiny_task, out, "--do_train", "--do_eval", "--do_predict",
       "--train_batch_size=4", "--num_train_epochs=4"))
   assert_ok(proc)
+  # horovodrun runs are started with --gloo (conftest); mpirun means Horovod's MPI.
+  assert "Horovod over %s" % ("MPI" if launcher == "mpirun" else "Gloo") in proc.stderr
   results = check_outputs(out, num_test=20, num_steps=50)
   # The task is decided by one sentiment word: a working run learns it.
   assert results["eval_accuracy"] >= 0.8, results

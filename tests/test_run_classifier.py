@@ -106,6 +106,14 @@ def test_horovod_cycle_time_defaults_to_10ms_on_cpu_hosts_only():
   assert rc.horovod_cycle_time_ms(2.5, {"HOROVOD_CYCLE_TIME": "3"}, True) == 2.5
 
 
+def test_mpi_ranks_yield_when_idle_on_cpu_hosts_only():
+  assert rc.mpi_cpu_host_env({}, gpu_available=False) == {
+      "OMPI_MCA_mpi_yield_when_idle": "1"}
+  assert rc.mpi_cpu_host_env({}, gpu_available=True) == {}
+  # Set by the user or by `mpirun --mca mpi_yield_when_idle 0`: left alone.
+  assert rc.mpi_cpu_host_env({"OMPI_MCA_mpi_yield_when_idle": "0"}, False) == {}
+
+
 def test_launched_process_count_reads_the_launchers_variables():
   assert rc.launched_process_count({}) == 1
   assert rc.launched_process_count({"HOROVOD_SIZE": "4"}) == 4  # horovodrun
