@@ -11,9 +11,9 @@ one GPU per process) it runs
       --train_batch_size=B --intra_op_threads=T --inter_op_threads=1
       --max_train_steps=STEPS ...
 
-(--controller gloo: `--gloo`; the default is MPI where Horovod has it and mpirun
-is on PATH, Gloo otherwise), --repeats times, interleaved (1x1, 1x2, 2x1, 1x1, 1x2, 2x1), and keeps the
-fastest run of each setting, on a generated task (a vocab of --vocab_size tokens
+(`--gloo` with --controller gloo; the default is MPI where Horovod has it and
+mpirun is on PATH, Gloo otherwise), --repeats times, interleaved (1x1, 1x2, 2x1,
+1x1, 1x2, 2x1), and keeps the fastest run of each setting, on a generated task (a vocab of --vocab_size tokens
 `[PAD] [UNK] [CLS] [SEP] [MASK] w0 w1 ...`, a bert_config.json from the flags, and train.tsv lines of random words
 that fill the whole sequence: random ids, no padding), then reads the
 train_metrics.json rank 0 writes (its ThroughputHook leaves out 5 warm-up steps).
@@ -604,7 +604,7 @@ def run_setting(horovodrun, args, paths, processes, threads, repeat=0):
   log("  %s: %.1f examples/sec global, step p50 %.3fs, %.0fs wall" % (
       name, metrics["examples_per_sec_global"], metrics["step_time_p50_s"], wall))
   return {"setting": name, "processes": processes, "threads": threads,
-          "controller": args.controller, "command": cmd, "wall_s": wall, "run_dir": run_dir, "metrics": metrics}
+          "command": cmd, "wall_s": wall, "run_dir": run_dir, "metrics": metrics}
 
 
 def run_all_settings(horovodrun, args, paths, settings):
