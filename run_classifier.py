@@ -949,10 +949,11 @@ def lock_output_dir(output_dir):
   _LOCK_FILES.append(lock_file)
 
 
-def setup(flags_obj):
+def setup(flags_obj, gpu_available, threads):
   """Validates inputs and derives the job; raises InputError on bad input.
 
-  Every rank runs this before any collective operation.
+  Every rank runs this before any collective operation. `gpu_available` and
+  `threads` (intra-op threads per process) are what main() found and set.
   """
   validate_flags(flags_obj)
   if hvd.rank() == 0:
@@ -1010,8 +1011,6 @@ def setup(flags_obj):
                        "--train_batch_size or raise --num_train_epochs" %
                        (len(train_examples), flags_obj.train_batch_size, size))
 
-  threads = cpu_threads_per_process(hvd.local_size(), flags_obj.intra_op_threads)
-  gpu_available = bool(tf.config.list_physical_devices("GPU"))
   compute_type = choose_compute_type(flags_obj.use_amp, gpu_available)
   # Horovod: where this process sits (cross_rank tells the host among hosts).
   placement = {"rank": rank, "size": size, "local_rank": hvd.local_rank(),
@@ -1239,7 +1238,7 @@ def main(_):
                                   " --tf_xla_cpu_global_jit").strip()
   configure_logging(hvd.rank())
   try:
-    job = setup(FLAGS)
+    job = setup(FLAGS, gpu_available, threads)
     error = None
   except (InputError, modeling.ConfigError, ValueError) as e:
     job, error = None, str(e)
@@ -1276,13 +1275,12 @@ def parse_flags(argv):
   try:
     return FLAGS(argv)
   except flags.Error as e:
-    sys.stderr.write("%s: error: %s\n" % (os.path.basename(argv[0]), e))
-    sys.stderr.flush()
     if launched_process_count(os.environ) > 1:
-      # Horovod: every rank has the same bad command line. A launcher kills the
-      # others as soon as one exits, so wait until all have printed the error.
+      # Horovod: every rank has the same bad command line; fail() lets all of
+      # them print it before any exits (a launcher kills the rest at the first exit).
       hvd.init()
-      hvd.allgather_object(None)
+      fail(str(e), EXIT_BAD_INPUT)
+    sys.stderr.write("%s: error: %s\n" % (os.path.basename(argv[0]), e))
     sys.exit(EXIT_BAD_INPUT)
 
 
