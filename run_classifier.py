@@ -558,8 +558,14 @@ def file_based_input_fn_builder(input_file, seq_length, batch_size, is_training,
       if shuffle_buffer > 0:
         d = d.shuffle(buffer_size=shuffle_buffer, seed=seed)
     d = d.batch(batch_size, drop_remainder=is_training)
-    d = d.map(_decode_batch, num_parallel_calls=tf.data.AUTOTUNE)
-    return d.prefetch(2)
+    # Parsing a batch takes about a millisecond; prefetch's thread does it while
+    # the model computes. No autotuning: its background thread sleeps for up to
+    # its optimization period (tens of seconds, growing with the run) and closing
+    # the session waits for it, so train, eval and predict each ended 0-40 s late.
+    d = d.map(_decode_batch).prefetch(2)
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return d.with_options(options)
 
   return input_fn
 
