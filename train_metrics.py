@@ -58,6 +58,7 @@ class ThroughputHook(tf.compat.v1.train.SessionRunHook):
     self._warmup = warmup_steps
     self._metrics_path = metrics_path
     self._step_times = []
+    self._timed_window = [None, None]  # Unix times: first timed step's start, last's end.
     self._steps_run = 0
     self._start = None
     self._last_log = None
@@ -81,6 +82,8 @@ class ThroughputHook(tf.compat.v1.train.SessionRunHook):
 
   def before_run(self, run_context):
     self._t0 = time.perf_counter()
+    if self._steps_run == self._warmup:
+      self._timed_window[0] = time.time()
     return tf.compat.v1.train.SessionRunArgs(
         [self._global_step_tensor, self._loss, self._lr])
 
@@ -89,6 +92,7 @@ class ThroughputHook(tf.compat.v1.train.SessionRunHook):
     self._steps_run += 1
     if self._steps_run > self._warmup:
       self._step_times.append(now - self._t0)
+      self._timed_window[1] = time.time()
     step, loss, lr = run_values.results
     step += 1  # The value was read before this step's increment.
     if now - self._last_log >= self._log_every or step >= self._num_train_steps:
@@ -148,6 +152,10 @@ class ThroughputHook(tf.compat.v1.train.SessionRunHook):
         "step_time_p50_s": float(np.percentile(times, 50)),
         "step_time_p90_s": float(np.percentile(times, 90)),
         "total_train_time_s": time.perf_counter() - self._start,
+        # When the timed steps ran (Unix seconds; None without timed steps), so that
+        # runs meant to overlap (benchmark.py --independent) can be checked.
+        "timed_start_unix": self._timed_window[0],
+        "timed_end_unix": self._timed_window[1],
     }
 
 

@@ -2,6 +2,7 @@
 
   python scripts/benchmark.py                         # CPU: settings 1x1,1x2,2x1
   python scripts/benchmark.py --settings 1x1,2x1,1x2,2x2,4x1 --steps 40
+  python scripts/benchmark.py --independent     # + 2 plain 1x1 jobs at once (bound)
   python scripts/benchmark.py --gpu --settings 1,2,4 --extra_args="--use_xla --use_amp"
 
 For every setting PxT (P processes x T intra-op threads each; with --gpu just P,
@@ -17,6 +18,12 @@ mpirun is on PATH, Gloo otherwise), --repeats times, interleaved (1x1, 1x2, 2x1,
 `[PAD] [UNK] [CLS] [SEP] [MASK] w0 w1 ...`, a bert_config.json from the flags, and train.tsv lines of random words
 that fill the whole sequence: random ids, no padding), then reads the
 train_metrics.json rank 0 writes (its ThroughputHook leaves out 5 warm-up steps).
+
+With --independent, every CPU setting PxT with P > 1 is also run as P plain
+`python run_classifier.py` jobs of T threads started at the same time: no
+launcher, no Horovod communication. Their summed examples/sec is what P processes
+get from this machine when they only compete for cores, caches and memory: the
+bound of PxT's scaling efficiency, and of how far PxT can beat 1x(P*T).
 
 Model FLOPs per training example (sequence length S, L layers, hidden H,
 intermediate I):
@@ -120,6 +127,12 @@ def parse_args(argv=None):
                  help="Timed windows per peak measurement (the best counts).")
   p.add_argument("--skip_peak", action="store_true",
                  help="Do not measure matmul peaks (no MFU columns).")
+  p.add_argument("--independent", action="store_true",
+                 help="Also run every CPU setting PxT with P > 1 as P independent "
+                 "single-process jobs of T threads at the same time (plain python, "
+                 "no Horovod communication). Their summed rate is what P processes "
+                 "reach on this machine if Horovod cost nothing: the bound of PxT's "
+                 "scaling, and of PxT vs 1x(P*T).")
   p.add_argument("--controller", choices=["auto", "gloo", "mpi"], default="auto",
                  help="How horovodrun connects the processes: 'mpi' (horovodrun --mpi, "
                  "Open MPI's shared memory on one host) or 'gloo' (TCP); 'auto' = mpi "
@@ -524,8 +537,13 @@ def resolve_controller(requested, available, mpirun_on_path):
 
 def classifier_command(horovodrun, args, paths, processes, threads, output_dir):
   """The horovodrun command line of one training run (args.controller: gloo or mpi)."""
-  cmd = [horovodrun, "-np", str(processes), "--" + args.controller, sys.executable,
-         args.script,
+  return [horovodrun, "-np", str(processes), "--" + args.controller] + script_command(
+      args, paths, threads, output_dir)
+
+
+def script_command(args, paths, threads, output_dir):
+  """`python run_classifier.py <flags>` of one process's training run."""
+  cmd = [sys.executable, args.script,
          "--task_name=tsv", "--do_train",
          "--data_dir=" + paths["data_dir"], "--vocab_file=" + paths["vocab_file"],
          "--bert_config_file=" + paths["bert_config_file"],
@@ -546,31 +564,62 @@ def run_training(cmd, run_dir, env, timeout):
   Raises BenchmarkError with the exit code and the last lines of stderr if the job
   fails, times out or writes no train_metrics.json.
   """
-  stdout_path = os.path.join(run_dir, "stdout.log")
-  stderr_path = os.path.join(run_dir, "stderr.log")
+  wall, metrics = run_jobs([cmd], [run_dir], env, timeout)
+  return wall, metrics[0]
+
+
+def run_jobs(cmds, run_dirs, env, timeout):
+  """Runs training jobs at the same time, each logging in its run_dir.
+
+  Returns (wall seconds until the last ended, [metrics dict of each job]). Raises
+  BenchmarkError (exit code, last lines of stderr) if one fails, times out or
+  writes no run_dir/output/train_metrics.json; the others are then killed.
+  """
   t0 = time.time()
-  with open(stdout_path, "w") as out, open(stderr_path, "w") as err:
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=err,
-                            start_new_session=True)
-    try:
-      code = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-      kill_group(proc)
-      code = "timeout after %ds" % timeout
+  procs, files = [], []
+  try:
+    for cmd, run_dir in zip(cmds, run_dirs):
+      out = open(os.path.join(run_dir, "stdout.log"), "w")
+      err = open(os.path.join(run_dir, "stderr.log"), "w")
+      files += [out, err]
+      procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=err,
+                                    start_new_session=True))
+    codes = []
+    for proc in procs:
+      try:
+        codes.append(proc.wait(timeout=max(1.0, t0 + timeout - time.time())))
+      except subprocess.TimeoutExpired:
+        kill_group(proc)
+        codes.append("timeout after %ds" % timeout)
+  finally:
+    for proc in procs:
+      if proc.poll() is None:
+        kill_group(proc)
+    for f in files:
+      f.close()
   wall = time.time() - t0
-  metrics_path = os.path.join(run_dir, "output", "train_metrics.json")
-  if code != 0 or not os.path.isfile(metrics_path):
-    text = read_text(stderr_path) or read_text(stdout_path)
-    worker_lines, worker_code = split_launcher_output(text)
-    raise BenchmarkError(
-        "training run failed (exit code %s%s%s): %s\nlast %d lines of the "
-        "processes' stderr (all of it in %s):\n%s" % (
-            code, "; first failed process exited with %s" % worker_code
-            if worker_code else "", "" if code != 0 else ", but no train_metrics.json",
-            " ".join(cmd), STDERR_TAIL_LINES, stderr_path,
-            tail("\n".join(worker_lines) if worker_lines else text)))
-  with open(metrics_path) as f:
-    return wall, json.load(f)
+  metrics = []
+  for cmd, run_dir, code in zip(cmds, run_dirs, codes):
+    metrics_path = os.path.join(run_dir, "output", "train_metrics.json")
+    if code != 0 or not os.path.isfile(metrics_path):
+      raise job_error(cmd, run_dir, code)
+    with open(metrics_path) as f:
+      metrics.append(json.load(f))
+  return wall, metrics
+
+
+def job_error(cmd, run_dir, code):
+  """The BenchmarkError of a failed job: exit code(s), command, its stderr's tail."""
+  stderr_path = os.path.join(run_dir, "stderr.log")
+  text = read_text(stderr_path) or read_text(os.path.join(run_dir, "stdout.log"))
+  worker_lines, worker_code = split_launcher_output(text)
+  return BenchmarkError(
+      "training run failed (exit code %s%s%s): %s\nlast %d lines of the "
+      "processes' stderr (all of it in %s):\n%s" % (
+          code, "; first failed process exited with %s" % worker_code
+          if worker_code else "", "" if code != 0 else ", but no train_metrics.json",
+          " ".join(cmd), STDERR_TAIL_LINES, stderr_path,
+          tail("\n".join(worker_lines) if worker_lines else text)))
 
 
 def split_launcher_output(text):
@@ -607,18 +656,78 @@ def run_setting(horovodrun, args, paths, processes, threads, repeat=0):
           "command": cmd, "wall_s": wall, "run_dir": run_dir, "metrics": metrics}
 
 
+def run_independent(args, paths, processes, threads, repeat=0):
+  """Runs `processes` single-process jobs of `threads` threads at once; one record.
+
+  No launcher and no Horovod communication: each job is `python run_classifier.py`
+  with its own output dir. The record's metrics sum the jobs' examples/sec
+  ("examples_per_sec_global"), average their per-process rate and p50/p90 step
+  times, and give "timed_overlap": the share of the jobs' mean timed window during
+  which all of them were timing (1.0 = their timed steps ran side by side).
+  """
+  name = setting_name(processes, threads) + " independent"
+  run_dir = os.path.join(args.work_dir, "runs", name.replace(" ", "-") + (
+      "" if args.repeats == 1 else "-run%d" % (repeat + 1)))
+  shutil.rmtree(run_dir, ignore_errors=True)
+  job_dirs = [os.path.join(run_dir, "job%d" % i) for i in range(processes)]
+  for d in job_dirs:
+    os.makedirs(d)
+  cmds = [script_command(args, paths, threads, os.path.join(d, "output"))
+          for d in job_dirs]
+  log("running %s: %d x %s" % (name, processes, " ".join(cmds[0])))
+  wall, jobs = run_jobs(cmds, job_dirs, worker_env(args.gpu, None, threads),
+                        args.timeout)
+  metrics = combine_independent(jobs)
+  log("  %s: %.1f examples/sec summed, timed windows overlap %.0f%%, %.0fs wall" % (
+      name, metrics["examples_per_sec_global"], 100 * metrics["timed_overlap"], wall))
+  return {"setting": name, "processes": processes, "threads": threads,
+          "independent": True, "command": cmds[0], "wall_s": wall,
+          "run_dir": run_dir, "metrics": metrics}
+
+
+def combine_independent(jobs):
+  """The metrics of independent jobs run at once, as if one job of len(jobs) processes."""
+  rate = sum(m["examples_per_sec_global"] for m in jobs)
+  starts = [m["timed_start_unix"] for m in jobs]
+  ends = [m["timed_end_unix"] for m in jobs]
+  mean_window = sum(e - s for s, e in zip(starts, ends)) / len(jobs)
+  overlap = max(0.0, min(ends) - max(starts)) / mean_window if mean_window > 0 else 0.0
+
+  def mean(key):
+    return sum(m[key] for m in jobs) / len(jobs)
+
+  return {"processes": len(jobs), "threads_per_process": jobs[0]["threads_per_process"],
+          "per_process_batch": jobs[0]["per_process_batch"],
+          "global_batch": sum(m["global_batch"] for m in jobs),
+          "steps_timed": min(m["steps_timed"] for m in jobs),
+          "examples_per_sec_global": rate,
+          "examples_per_sec_per_process": rate / len(jobs),
+          "step_time_p50_s": mean("step_time_p50_s"),
+          "step_time_p90_s": mean("step_time_p90_s"),
+          "timed_overlap": overlap, "jobs": jobs}
+
+
 def run_all_settings(horovodrun, args, paths, settings):
   """Runs every setting args.repeats times, interleaved; returns the fastest of each.
 
+  With args.independent, every CPU setting with P > 1 is followed by its
+  independent runs (run_independent), reported as setting "PxT independent".
   Each returned record lists all its runs' global rates in "repeat_rates" and
   the directories of the others in "other_run_dirs".
   """
-  by_setting = {s: [] for s in settings}
+  keys = []
+  for p, t in settings:
+    keys.append((p, t, False))
+    if args.independent and p > 1 and t:
+      keys.append((p, t, True))
+  by_setting = {k: [] for k in keys}
   for repeat in range(args.repeats):
-    for p, t in settings:
-      by_setting[(p, t)].append(run_setting(horovodrun, args, paths, p, t, repeat))
+    for p, t, independent in keys:
+      by_setting[(p, t, independent)].append(
+          run_independent(args, paths, p, t, repeat) if independent else
+          run_setting(horovodrun, args, paths, p, t, repeat))
   best = []
-  for key in settings:
+  for key in keys:
     records = by_setting[key]
     fastest = max(records, key=lambda r: r["metrics"]["examples_per_sec_global"])
     fastest = dict(fastest, repeat_rates=[r["metrics"]["examples_per_sec_global"]
@@ -642,9 +751,15 @@ def kill_group(proc):
 
 
 def derive(runs, peaks, flops_per_example, gpu):
-  """Adds achieved TFLOP/s, MFU and scaling to every run record (in place)."""
+  """Adds achieved TFLOP/s, MFU and scaling to every run record (in place).
+
+  A Horovod run with an independent counterpart (same P and T) also gets
+  "share_of_independent": its rate over the independent jobs' summed rate.
+  """
   rate = {(r["processes"], r["threads"]): r["metrics"]["examples_per_sec_global"]
-          for r in runs}
+          for r in runs if not r.get("independent")}
+  bound = {(r["processes"], r["threads"]): r["metrics"]["examples_per_sec_global"]
+           for r in runs if r.get("independent")}
   for r in runs:
     p, t = r["processes"], r["threads"]
     m = r["metrics"]
@@ -656,6 +771,8 @@ def derive(runs, peaks, flops_per_example, gpu):
       d["speedup_vs_1x1"] = m["examples_per_sec_global"] / rate[(1, 1)]
     if p > 1 and base:
       d["scaling_efficiency"] = m["examples_per_sec_global"] / (p * base)
+    if not r.get("independent") and bound.get((p, t)):
+      d["share_of_independent"] = m["examples_per_sec_global"] / bound[(p, t)]
     for suffix in ([""] + (["-bfloat16", "-float16"] if gpu else [])):
       one = peaks.get(peak_key(1, t) + suffix)
       if one:
@@ -669,8 +786,13 @@ def derive(runs, peaks, flops_per_example, gpu):
 
 
 def comparisons(runs):
-  """Lines comparing equal-core settings: Px1 vs 1x1 (efficiency), Px1 vs 1xP."""
-  by = {(r["processes"], r["threads"]): r for r in runs}
+  """Lines comparing equal-core settings: Px1 vs 1x1 (efficiency), Px1 vs 1xP.
+
+  With independent runs: Px1 as a share of P independent 1x1 jobs, and those
+  jobs vs 1xP (the most any Px1 could beat 1xP by on this machine).
+  """
+  by = {(r["processes"], r["threads"]): r for r in runs if not r.get("independent")}
+  bound = {(r["processes"], r["threads"]): r for r in runs if r.get("independent")}
   lines = []
   for (p, t), r in sorted(by.items()):
     if t != 1 or p == 1:
@@ -684,6 +806,17 @@ def comparisons(runs):
       other = by[(1, p)]["metrics"]["examples_per_sec_global"]
       lines.append("%dx1 vs 1x%d speedup (same cores): %.2fx (%.2f vs %.2f "
                    "examples/sec)" % (p, p, g / other, g, other))
+    if (p, t) in bound:
+      ind = bound[(p, t)]["metrics"]
+      lines.append("%dx1 vs %d independent 1x1 jobs at once (no communication): %.1f%% "
+                   "(%.2f vs %.2f examples/sec; timed windows overlap %.0f%%)" % (
+                       p, p, 100 * g / ind["examples_per_sec_global"], g,
+                       ind["examples_per_sec_global"], 100 * ind["timed_overlap"]))
+      if (1, p) in by:
+        other = by[(1, p)]["metrics"]["examples_per_sec_global"]
+        lines.append("%d independent 1x1 jobs vs 1x%d: %.2fx (the most %dx1 could "
+                     "reach against 1x%d here)" % (
+                         p, p, ind["examples_per_sec_global"] / other, p, p))
   return lines
 
 
@@ -695,7 +828,9 @@ def scaling_cell(r):
   """Scaling-efficiency cell: efficiency for P>1, speedup for 1xT, baseline 1x1."""
   d = r["derived"]
   if r["processes"] > 1:
-    return pct(d.get("scaling_efficiency"))
+    return pct(d.get("scaling_efficiency")) + (
+        " (%s of independent)" % pct(d["share_of_independent"])
+        if "share_of_independent" in d else "")
   if r["threads"] <= 1:
     return "1.00 (baseline)"
   return "speedup %.2fx" % d["speedup_vs_1x1"] if "speedup_vs_1x1" in d else "n/a"

@@ -111,6 +111,44 @@ def test_derived_numbers_and_table(gpu):
     assert "MFU vs bf16 peak" in table[0]
 
 
+def test_independent_jobs_combine_into_one_bound():
+  jobs = [{"examples_per_sec_global": rate, "threads_per_process": 1,
+           "per_process_batch": 16, "global_batch": 16, "steps_timed": 15,
+           "step_time_p50_s": p50, "step_time_p90_s": p50 + 0.1,
+           "timed_start_unix": start, "timed_end_unix": start + 10.0}
+          for rate, p50, start in ((9.0, 1.8, 100.0), (10.0, 1.6, 101.0))]
+  m = benchmark.combine_independent(jobs)
+  assert m["examples_per_sec_global"] == 19.0
+  assert m["examples_per_sec_per_process"] == 9.5 and m["global_batch"] == 32
+  assert m["step_time_p50_s"] == pytest.approx(1.7)
+  assert m["timed_overlap"] == pytest.approx(0.9)  # both timing from 101 to 110
+  jobs[1]["timed_start_unix"] = 200.0
+  assert benchmark.combine_independent(jobs)["timed_overlap"] == 0.0
+
+
+def test_horovod_run_is_compared_with_its_independent_bound():
+  runs, peaks = fake_runs(gpu=False)  # 1x1 10/s, 2x1 18/s, 1x2 15/s
+  runs.append({"setting": "2x1 independent", "processes": 2, "threads": 1,
+               "independent": True,
+               "metrics": {"examples_per_sec_global": 19.5,
+                           "examples_per_sec_per_process": 9.75,
+                           "step_time_p50_s": 0.5, "timed_overlap": 0.95}})
+  benchmark.derive(runs, peaks, flops_per_example=1e11, gpu=False)
+  # The independent jobs do not replace the Horovod run as the 2x1 rate.
+  assert runs[1]["derived"]["scaling_efficiency"] == pytest.approx(0.9)
+  assert runs[1]["derived"]["share_of_independent"] == pytest.approx(18 / 19.5)
+  assert runs[3]["derived"]["scaling_efficiency"] == pytest.approx(0.975)
+  assert "share_of_independent" not in runs[3]["derived"]
+  table = "\n".join(benchmark.format_table(runs, peaks, gpu=False))
+  assert "| 2x1 | 18.00 | 9.00 | 90.0% (92.3% of independent) |" in table
+  assert "| 2x1 independent | 19.50 | 9.75 | 97.5% |" in table
+  lines = benchmark.comparisons(runs)
+  assert lines[2].startswith("2x1 vs 2 independent 1x1 jobs at once (no communication): "
+                             "92.3% (18.00 vs 19.50 examples/sec; timed windows "
+                             "overlap 95%)")
+  assert lines[3].startswith("2 independent 1x1 jobs vs 1x2: 1.30x")
+
+
 def test_controller_auto_prefers_mpi_where_horovod_and_mpirun_have_it():
   both = {"gloo", "mpi"}
   assert benchmark.resolve_controller("auto", both, mpirun_on_path=True) == "mpi"
@@ -178,15 +216,18 @@ def test_real_tiny_benchmark(tmp_path):
          "--num_attention_heads", "2", "--intermediate_size", "64",
          "--max_seq_length", "16", "--vocab_size", "200", "--settings", "1x1,2x1",
          "--steps", "8", "--batch", "4", "--work_dir", str(work), "--repeats", "2",
+         "--independent",
          "--matmul_n", "256", "--peak_secs", "0.3", "--peak_repeats", "1"]
   proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400)
   assert proc.returncode == 0, proc.stderr[-3000:]
   results = json.load(open(work / "benchmark.json"))
   runs = {r["setting"]: r for r in results["runs"]}
-  assert set(runs) == {"1x1", "2x1"}
+  assert set(runs) == {"1x1", "2x1", "2x1 independent"}
   for name, r in runs.items():
     assert r["metrics"]["examples_per_sec_global"] > 0, name
     assert r["metrics"]["steps_timed"] == 3
+    for m in r["metrics"].get("jobs", [r["metrics"]]):
+      assert m["timed_start_unix"] < m["timed_end_unix"], name
     assert r["derived"]["achieved_tflops_global"] > 0
     assert r["derived"]["per_process_mfu"] > 0
     # Two interleaved runs of each setting; the table reports the faster.
@@ -194,6 +235,14 @@ def test_real_tiny_benchmark(tmp_path):
     assert r["metrics"]["examples_per_sec_global"] == max(r["repeat_rates"])
     assert len(r["other_run_dirs"]) == 1 and os.path.isdir(r["other_run_dirs"][0])
   assert runs["2x1"]["metrics"]["global_batch"] == 8
+  # Two plain single-process jobs, no launcher; their rates summed.
+  independent = runs["2x1 independent"]
+  jobs = independent["metrics"]["jobs"]
+  assert [m["processes"] for m in jobs] == [1, 1]
+  assert independent["metrics"]["examples_per_sec_global"] == pytest.approx(
+      sum(m["examples_per_sec_global"] for m in jobs))
+  assert independent["command"][:2] == [sys.executable, benchmark.ROOT + "/run_classifier.py"]
+  assert "2x1 vs 2 independent 1x1 jobs at once" in proc.stdout
   assert results["peaks"]["T1"]["aggregate_best"] > 0
   assert len(results["peaks"]["P2xT1"]["per_process_best"]) == 2
   assert results["machine"]["nproc"] >= 1 and results["machine"]["tf_version"]
@@ -205,5 +254,5 @@ def test_real_tiny_benchmark(tmp_path):
   assert controller in ("gloo", "mpi")
   if os.environ.get("CI"):
     assert controller == "mpi"
-  assert all(r["command"][3] == "--" + controller for r in runs.values())
+  assert all(runs[name]["command"][3] == "--" + controller for name in ("1x1", "2x1"))
   assert "Horovod controller: %s" % controller in proc.stdout
