@@ -558,16 +558,6 @@ def script_command(args, paths, threads, output_dir):
   return cmd + args.extra_args.split()
 
 
-def run_training(cmd, run_dir, env, timeout):
-  """Runs one training job, logs in run_dir; returns (wall seconds, metrics dict).
-
-  Raises BenchmarkError with the exit code and the last lines of stderr if the job
-  fails, times out or writes no train_metrics.json.
-  """
-  wall, metrics = run_jobs([cmd], [run_dir], env, timeout)
-  return wall, metrics[0]
-
-
 def run_jobs(cmds, run_dirs, env, timeout):
   """Runs training jobs at the same time, each logging in its run_dir.
 
@@ -648,8 +638,8 @@ def run_setting(horovodrun, args, paths, processes, threads, repeat=0):
   cmd = classifier_command(horovodrun, args, paths, processes, threads,
                            os.path.join(run_dir, "output"))
   log("running %s: %s" % (name, " ".join(cmd)))
-  wall, metrics = run_training(cmd, run_dir, worker_env(args.gpu, None, threads),
-                               args.timeout)
+  wall, (metrics,) = run_jobs([cmd], [run_dir], worker_env(args.gpu, None, threads),
+                             args.timeout)
   log("  %s: %.1f examples/sec global, step p50 %.3fs, %.0fs wall" % (
       name, metrics["examples_per_sec_global"], metrics["step_time_p50_s"], wall))
   return {"setting": name, "processes": processes, "threads": threads,
