@@ -628,13 +628,19 @@ def split_launcher_output(text):
   return worker, code
 
 
+def fresh_run_dir(args, name, repeat):
+  """An empty <work_dir>/runs/<name>[-run<repeat+1>] (spaces in name become '-')."""
+  run_dir = os.path.join(args.work_dir, "runs", name.replace(" ", "-") + (
+      "" if args.repeats == 1 else "-run%d" % (repeat + 1)))
+  shutil.rmtree(run_dir, ignore_errors=True)
+  os.makedirs(run_dir)
+  return run_dir
+
+
 def run_setting(horovodrun, args, paths, processes, threads, repeat=0):
   """Trains one setting (its `repeat`-th run) in a fresh directory; returns its record."""
   name = setting_name(processes, threads)
-  run_dir = os.path.join(args.work_dir, "runs",
-                         name if args.repeats == 1 else "%s-run%d" % (name, repeat + 1))
-  shutil.rmtree(run_dir, ignore_errors=True)
-  os.makedirs(run_dir)
+  run_dir = fresh_run_dir(args, name, repeat)
   cmd = classifier_command(horovodrun, args, paths, processes, threads,
                            os.path.join(run_dir, "output"))
   log("running %s: %s" % (name, " ".join(cmd)))
@@ -656,9 +662,7 @@ def run_independent(args, paths, processes, threads, repeat=0):
   which all of them were timing (1.0 = their timed steps ran side by side).
   """
   name = setting_name(processes, threads) + " independent"
-  run_dir = os.path.join(args.work_dir, "runs", name.replace(" ", "-") + (
-      "" if args.repeats == 1 else "-run%d" % (repeat + 1)))
-  shutil.rmtree(run_dir, ignore_errors=True)
+  run_dir = fresh_run_dir(args, name, repeat)
   job_dirs = [os.path.join(run_dir, "job%d" % i) for i in range(processes)]
   for d in job_dirs:
     os.makedirs(d)
