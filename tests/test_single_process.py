@@ -1,7 +1,5 @@
 """Unit tests of distributed.py's single-process stand-in and its runtime helpers."""
 
-import json
-
 import pytest
 import tensorflow as tf
 

@@ -1,12 +1,13 @@
 """Repository-wide style rules that reviewers should not have to check by eye."""
 
+import io
 import os
 import re
 import subprocess
+import tokenize
 
 from conftest import ROOT
 
-HVD_CALL = re.compile(r"(?<![`\w.])hvd\.")  # `hvd.x` in backticks is prose
 TAG = "# Horovod:"
 
 
@@ -16,22 +17,24 @@ def tracked_python_files():
   return [p for p in out.split() if os.path.exists(os.path.join(ROOT, p))]
 
 
-def code_part(line):
-  """`line` without a trailing comment or docstring text (good enough for `hvd.`)."""
-  return line.split("#", 1)[0]
+def hvd_rows(text):
+  """Rows (1-based) where code uses `hvd.` (a NAME token, not text in a string)."""
+  tokens = [t for t in tokenize.generate_tokens(io.StringIO(text).readline)
+            if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT)]
+  return sorted({t.start[0] for t, nxt in zip(tokens, tokens[1:])
+                 if t.type == tokenize.NAME and t.string == "hvd" and nxt.string == "."})
 
 
 def test_every_line_calling_hvd_is_tagged():
   untagged = []
   for path in tracked_python_files():
     with open(os.path.join(ROOT, path), encoding="utf-8") as f:
-      lines = f.read().split("\n")
-    for i, line in enumerate(lines):
-      if not HVD_CALL.search(code_part(line)):
+      text = f.read()
+    lines = text.split("\n")
+    for row in hvd_rows(text):
+      if TAG in lines[row - 1] or (row > 1 and TAG in lines[row - 2]):
         continue
-      if TAG in line or (i > 0 and TAG in lines[i - 1]):
-        continue
-      untagged.append("%s:%d: %s" % (path, i + 1, line.strip()))
+      untagged.append("%s:%d: %s" % (path, row, lines[row - 1].strip()))
   assert not untagged, ("lines calling hvd. without '%s' on them or the line above:\n%s"
                         % (TAG, "\n".join(untagged)))
 
