@@ -446,26 +446,18 @@ def training_hooks(runtime, work_dir, output_dir, loss, learning_rate, num_train
 
 def make_run_config(runtime, output_dir, work_dir, seed, save_checkpoints_steps,
                     keep_checkpoint_max):
-  """The Estimator's RunConfig of this rank. Only rank 0 saves checkpoints and summaries."""
+  """The Estimator's RunConfig of this rank: only rank 0 saves checkpoints, summaries."""
+  config = {"tf_random_seed": seed, "log_step_count_steps": None,
+            "session_config": runtime.session_config}
   if runtime.rank == 0:
-    return tf_estimator.estimator.RunConfig(
-        model_dir=output_dir,
-        tf_random_seed=seed,
-        save_checkpoints_steps=save_checkpoints_steps,
-        keep_checkpoint_max=keep_checkpoint_max,
-        save_summary_steps=100,
-        log_step_count_steps=None,
-        session_config=runtime.session_config)
-  # Horovod: save checkpoints only on worker 0 to prevent other workers from
-  # corrupting them.
-  return tf_estimator.estimator.RunConfig(
-      model_dir=work_dir,
-      tf_random_seed=seed,
-      save_checkpoints_steps=None,
-      save_checkpoints_secs=None,
-      save_summary_steps=0,
-      log_step_count_steps=None,
-      session_config=runtime.session_config)
+    config.update(model_dir=output_dir, save_checkpoints_steps=save_checkpoints_steps,
+                  keep_checkpoint_max=keep_checkpoint_max, save_summary_steps=100)
+  else:
+    # Horovod: save checkpoints only on worker 0 to prevent other workers from
+    # corrupting them.
+    config.update(model_dir=work_dir, save_checkpoints_steps=None,
+                  save_checkpoints_secs=None, save_summary_steps=0)
+  return tf_estimator.estimator.RunConfig(**config)
 
 
 def shard_examples(examples, seed, rank, size):

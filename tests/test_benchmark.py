@@ -65,7 +65,8 @@ def test_synthetic_task_fills_the_sequence(tmp_path):
   tokenizer = tokenization.FullTokenizer(paths["vocab_file"], True)
   examples = classifier_data.TsvProcessor().get_train_examples(paths["data_dir"])
   assert len(examples) == 10 and {e.label for e in examples} <= {"0", "1"}
-  feature = classifier_data.convert_single_example(0, examples[0], {"0": 0, "1": 1}, 12, tokenizer)
+  feature = classifier_data.convert_single_example(0, examples[0], {"0": 0, "1": 1}, 12,
+                                                   tokenizer)
   assert 0 not in feature.input_ids and all(feature.input_mask)  # no padding, no [PAD]
   assert tokenizer.vocab["[UNK]"] not in feature.input_ids
 

@@ -156,7 +156,8 @@ def export_probabilities(export_dir, task_dir):
   signature = tf.saved_model.load(export_dir).signatures["serving_default"]
   tokenizer = tokenization.FullTokenizer(vocab_file, cfg["do_lower_case"])
   label_map = {l: i for i, l in enumerate(labels)}
-  feats = [classifier_data.convert_single_example(i, ex, label_map, cfg["max_seq_length"], tokenizer)
+  feats = [classifier_data.convert_single_example(i, ex, label_map, cfg["max_seq_length"],
+                                                  tokenizer)
            for i, ex in enumerate(classifier_data.TsvProcessor().get_test_examples(task_dir))]
   return signature(
       input_ids=tf.constant([f.input_ids for f in feats], tf.int32),

@@ -77,8 +77,8 @@ def test_convert_single_example(tmp_path):
   assert f.segment_ids == [0, 0, 0, 0, 1, 1, 1, 0]
   assert f.label_id == 1
   with pytest.raises(rc.InputError, match="dev-1: label 'x' is not among"):
-    classifier_data.convert_single_example(0, classifier_data.InputExample("dev-1", "good", label="x"),
-                              {"0": 0, "1": 1}, 8, tok)
+    classifier_data.convert_single_example(
+        0, classifier_data.InputExample("dev-1", "good", label="x"), {"0": 0, "1": 1}, 8, tok)
 
 
 def test_input_fn_batches_and_does_not_autotune(tmp_path):

@@ -34,9 +34,10 @@ def test_atomic_write_text_replaces_whole_file_and_leaves_no_temporary(tmp_path)
 
 
 def test_format_secs():
-  assert train_metrics._format_secs(59.6) == "1m00s"  # pylint: disable=protected-access
-  assert train_metrics._format_secs(3599) == "59m59s"  # pylint: disable=protected-access
-  assert train_metrics._format_secs(3 * 3600 + 125) == "3h02m"  # pylint: disable=protected-access
+  format_secs = train_metrics._format_secs  # pylint: disable=protected-access
+  assert format_secs(59.6) == "1m00s"
+  assert format_secs(3599) == "59m59s"
+  assert format_secs(3 * 3600 + 125) == "3h02m"
 
 
 def test_throughput_hook_times_steps_after_warmup_and_writes_metrics(tmp_path, caplog):
