@@ -176,9 +176,9 @@ def init(cycle_time_ms=0.0, intra_op_threads=0, inter_op_threads=2,
     # XLA auto-clustering on CPUs needs this flag as well as the session option.
     os.environ["TF_XLA_FLAGS"] = (os.environ.get("TF_XLA_FLAGS", "") +
                                   " --tf_xla_cpu_global_jit").strip()
-  # Horovod: where this process sits; its rank on this host picks its GPU.
+  # Horovod: where this process sits in the job.
   rank, size = hvd.rank(), hvd.size()
-  # Horovod: (processes on this host share its cores).
+  # Horovod: its rank on this host picks its GPU (or its share of the cores).
   local_rank, local_size = hvd.local_rank(), hvd.local_size()
   # Horovod: cross_rank tells the host among hosts.
   cross_rank = hvd.cross_rank() if size > 1 else 0
