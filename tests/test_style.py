@@ -12,9 +12,18 @@ TAG = "# Horovod:"
 
 
 def tracked_python_files():
-  out = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, check=True,
-                       capture_output=True, text=True).stdout
-  return [p for p in out.split() if os.path.exists(os.path.join(ROOT, p))]
+  """The project's .py files: git's tracked ones, or a walk outside a git checkout."""
+  try:
+    out = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout
+    return [p for p in out.split() if os.path.exists(os.path.join(ROOT, p))]
+  except (OSError, subprocess.CalledProcessError):
+    found = []
+    for folder, dirs, files in os.walk(ROOT):
+      dirs[:] = [d for d in dirs if not d.startswith(".") and d != "__pycache__"]
+      found += [os.path.relpath(os.path.join(folder, f), ROOT) for f in files
+                if f.endswith(".py")]
+    return sorted(found)
 
 
 def hvd_rows(text):
