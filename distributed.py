@@ -1,14 +1,29 @@
-"""Horovod for TensorFlow, or a single-process stand-in when Horovod is not installed.
+"""The Horovod runtime every entry point uses, and a single-process stand-in.
 
 `from distributed import hvd` gives the real `horovod.tensorflow` module whenever it
 imports, so `horovodrun`/`mpirun` jobs always use it. Without Horovod (a laptop, a
 single GPU) the scripts still run as one process of size 1 instead of failing at
 import time.
+
+An entry point calls `init()` once (before any TensorFlow op) and gets a `Runtime`:
+rank, size, device and session settings. The rest of this module is what every
+distributed program needs around its own model: input errors gathered from every
+rank before any collective (`gather_errors`, `fail`), the `output_dir` lock, the
+resume-step broadcast, rank-0-only checkpoints and hooks, and the global step
+count and example sharding that make every rank agree.
 """
 
+import fcntl
+import logging
 import os
+import random
+import sys
 
+from absl import flags
 import tensorflow as tf
+import tensorflow_estimator as tf_estimator
+
+import train_metrics
 
 try:
   import horovod.tensorflow as hvd  # pylint: disable=unused-import
@@ -59,6 +74,12 @@ class _SingleProcessHorovod(object):
   def local_size(self):
     return 1
 
+  def cross_rank(self):
+    return 0
+
+  def mpi_enabled(self):
+    return False
+
   def broadcast_object(self, obj, root_rank=0, name=None):
     del root_rank, name
     return obj
@@ -75,3 +96,396 @@ class _SingleProcessHorovod(object):
 
 if hvd is None:
   hvd = _SingleProcessHorovod()
+
+tf1 = tf.compat.v1
+LOG = train_metrics.LOG
+# Exit codes: 0 every requested phase completed; 1 a failure while running (a dead
+# peer, out of memory, ...); 2 bad input (flags, files, lines, labels, configs).
+EXIT_BAD_INPUT = 2
+# Horovod's cycle on hosts without GPUs (see --horovod_cycle_time_ms).
+CPU_HOROVOD_CYCLE_TIME_MS = 10.0
+_LOCK_FILES = []  # Open lock files: held for the life of the process.
+
+
+class InputError(ValueError):
+  """Bad user input: a file, line, label or flag that cannot be used."""
+
+
+class Runtime(object):
+  """Where this process sits and how it runs: what `init()` found and set.
+
+  Attributes:
+    rank, size, local_rank, local_size, cross_rank: ints (Horovod's placement).
+    gpu_available: bool, a GPU is visible (this process uses GPU `local_rank`).
+    threads: int, intra-op CPU threads of this process (0 with a GPU).
+    session_config: the tf.compat.v1.ConfigProto to give the Estimator.
+    placement: dict of the five placement ints (for train_state.json).
+  """
+
+  def __init__(self, rank, size, local_rank, local_size, cross_rank, gpu_available,
+               threads, session_config):
+    self.rank = rank
+    self.size = size
+    self.local_rank = local_rank
+    self.local_size = local_size
+    self.cross_rank = cross_rank
+    self.gpu_available = gpu_available
+    self.threads = threads
+    self.session_config = session_config
+    self.placement = {"rank": rank, "size": size, "local_rank": local_rank,
+                      "local_size": local_size, "cross_rank": cross_rank}
+
+  @property
+  def is_chief(self):
+    return self.rank == 0
+
+
+def init(cycle_time_ms=0.0, intra_op_threads=0, inter_op_threads=2,
+         use_xla=False):
+  """Starts Horovod, pins this process's device and threads, sets up logging.
+
+  Call it once, first thing in `main`, before any TensorFlow op runs.
+
+  Args:
+    cycle_time_ms: float, HOROVOD_CYCLE_TIME to set; 0 picks the default
+      (see `horovod_cycle_time_ms`).
+    intra_op_threads: int, CPU threads per process for one op; 0 = this host's
+      cores / processes on this host.
+    inter_op_threads: int, CPU threads per process for independent ops.
+    use_xla: bool, compile with XLA (JIT) on CPUs and GPUs.
+
+  Returns:
+    A `Runtime`.
+  """
+  gpu_available = bool(tf.config.list_physical_devices("GPU"))
+  cycle_ms = horovod_cycle_time_ms(cycle_time_ms, os.environ, gpu_available)
+  if cycle_ms:
+    # Horovod: read when hvd.init() starts the background thread.
+    os.environ["HOROVOD_CYCLE_TIME"] = "%g" % cycle_ms
+  # Horovod: read by MPI_Init inside hvd.init() (no effect under Gloo).
+  os.environ.update(mpi_cpu_host_env(os.environ, gpu_available))
+  # Horovod: initialize Horovod before anything else.
+  hvd.init()
+  # TensorFlow's thread pools are per process and made once, at the first op:
+  # size them before any op runs.
+  # Horovod: processes on one host share its cores.
+  threads = cpu_threads_per_process(hvd.local_size(), intra_op_threads)
+  tf.config.threading.set_intra_op_parallelism_threads(threads)
+  tf.config.threading.set_inter_op_parallelism_threads(inter_op_threads)
+  if use_xla:
+    # XLA auto-clustering on CPUs needs this flag as well as the session option.
+    os.environ["TF_XLA_FLAGS"] = (os.environ.get("TF_XLA_FLAGS", "") +
+                                  " --tf_xla_cpu_global_jit").strip()
+  # Horovod: where this process sits in the job.
+  rank, size = hvd.rank(), hvd.size()
+  # Horovod: its rank on this host picks its GPU (or its share of the cores).
+  local_rank, local_size = hvd.local_rank(), hvd.local_size()
+  # Horovod: cross_rank tells the host among hosts.
+  cross_rank = hvd.cross_rank() if size > 1 else 0
+  configure_logging(rank)
+  return Runtime(
+      rank=rank, size=size, local_rank=local_rank, local_size=local_size,
+      cross_rank=cross_rank, gpu_available=gpu_available,
+      threads=0 if gpu_available else threads,
+      session_config=make_session_config(gpu_available, local_rank, threads,
+                                         inter_op_threads, use_xla))
+
+
+def configure_logging(rank):
+  """Rank 0 logs progress; the other ranks log warnings and errors only."""
+  handler = logging.StreamHandler(sys.stderr)
+  handler.setFormatter(logging.Formatter("[%(asctime)s rank " + str(rank) +
+                                         "] %(message)s", "%H:%M:%S"))
+  LOG.handlers[:] = [handler]
+  LOG.propagate = False
+  # Horovod: only rank 0 reports progress.
+  LOG.setLevel(logging.INFO if rank == 0 else logging.WARNING)
+  tf1.logging.set_verbosity(tf1.logging.ERROR)
+
+
+def cpu_threads_per_process(local_size, requested=0):
+  """Intra-op threads for one of `local_size` processes sharing this host's cores."""
+  if requested > 0:
+    return requested
+  try:
+    cores = len(os.sched_getaffinity(0))
+  except AttributeError:
+    cores = os.cpu_count() or 1
+  return max(1, cores // max(1, local_size))
+
+
+def horovod_cycle_time_ms(requested, environ, gpu_available):
+  """The HOROVOD_CYCLE_TIME to set before `hvd.init()`, or None to leave it.
+
+  Every cycle Horovod's background thread wakes and the ranks exchange a message,
+  whether or not a gradient is ready. On a CPU host those wake-ups preempt the
+  compute threads: at Horovod's 1 ms, 2 processes x 1 thread spent ~15% of each
+  step of the default benchmark on them (12,000 context switches/s); 10 ms
+  removes most of that and costs at most one cycle of latency per allreduce.
+  """
+  if requested > 0:
+    return requested
+  if "HOROVOD_CYCLE_TIME" in environ or gpu_available:
+    return None
+  return CPU_HOROVOD_CYCLE_TIME_MS
+
+
+def mpi_cpu_host_env(environ, gpu_available):
+  """Open MPI settings to add before `hvd.init()` on a CPU host: a dict, maybe empty.
+
+  Unless a host is oversubscribed, Open MPI spins while a rank waits, and Horovod
+  waits in its background thread for every collective (its per-cycle negotiation
+  included). On a CPU host that thread then takes cores from the compute threads:
+  2 processes x 1 thread of the default benchmark spent 12-14% of each core
+  spinning. mpi_yield_when_idle=1 makes a waiting rank yield its core instead
+  (measured: 14.6 -> 16.4 examples/sec). Left alone with GPUs, or when set already
+  (`mpirun --mca mpi_yield_when_idle ...` exports OMPI_MCA_mpi_yield_when_idle).
+  """
+  if gpu_available or "OMPI_MCA_mpi_yield_when_idle" in environ:
+    return {}
+  return {"OMPI_MCA_mpi_yield_when_idle": "1"}
+
+
+def make_session_config(gpu_available, local_rank, intra_op_threads, inter_op_threads,
+                        use_xla=False):
+  """The tf.compat.v1.ConfigProto of one process."""
+  config = tf1.ConfigProto()
+  if use_xla:
+    config.graph_options.optimizer_options.global_jit_level = tf1.OptimizerOptions.ON_1
+  if gpu_available:
+    config.gpu_options.allow_growth = True
+    # Horovod: pin one GPU to each process, by its rank on this host.
+    config.gpu_options.visible_device_list = str(local_rank)
+  else:
+    # Horovod: processes on one host share its cores; oversubscribing them is slow.
+    config.intra_op_parallelism_threads = intra_op_threads
+    config.inter_op_parallelism_threads = inter_op_threads
+  return config
+
+
+def cpu_supports_bfloat16():
+  """Whether this CPU has native bfloat16 instructions (AVX512-BF16 or AMX-BF16)."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      flags_line = next((l for l in f if l.startswith("flags")), "")
+  except OSError:
+    return False
+  cpu_flags = set(flags_line.split())
+  return bool(cpu_flags & {"avx512_bf16", "amx_bf16"})
+
+
+def choose_compute_type(use_amp, gpu_available):
+  """tf.float32, or the mixed-precision type for this device; InputError if none."""
+  if not use_amp:
+    return tf.float32
+  if gpu_available:
+    return tf.float16
+  if cpu_supports_bfloat16():
+    return tf.bfloat16
+  raise InputError("--use_amp: this CPU has no bfloat16 instructions (avx512_bf16 or "
+                   "amx_bf16) and no GPU is visible; run without --use_amp")
+
+
+def use_sparse_embedding_allreduce(mode, size, batch_size, seq_length, vocab_size,
+                                   gradient_accumulation_steps):
+  """Whether to allgather the word-embedding rows instead of allreducing the table.
+
+  An allgather sends size x batch_size x seq_length rows (one per token, repeats
+  included) to every rank; the dense allreduce moves the vocab_size-row table.
+  """
+  # Horovod: the embedding exchange rule (allgather rows vs. allreduce the table).
+  if mode != "auto":
+    return mode == "sparse"  # validate_flags rejects sparse with accumulation.
+  return gradient_accumulation_steps <= 1 and size * batch_size * seq_length < vocab_size
+
+
+def describe(runtime, compute_type, use_xla=False, fp16_allreduce=False,
+             sparse_embedding_allreduce=False):
+  """One line: device, threads and the speed options in force."""
+  parts = ["GPU %d" % runtime.local_rank if runtime.gpu_available else
+           "CPU, %d intra-op threads per process" % runtime.threads]
+  parts.append("compute %s" % compute_type.name)
+  if use_xla:
+    parts.append("XLA")
+  if fp16_allreduce:
+    parts.append("fp16 allreduce")
+  if runtime.size > 1:
+    # Horovod: which controller carries the collectives.
+    parts.append("Horovod over %s" % ("MPI" if hvd.mpi_enabled() else "Gloo"))
+    parts.append("word-embedding gradient %s" % (
+        "allgathered (sparse)" if sparse_embedding_allreduce else "allreduced (dense)"))
+  return ", ".join(parts)
+
+
+def launched_process_count(env):
+  """How many processes the launcher started (horovodrun, mpirun or srun), else 1."""
+  for name in ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"):
+    if env.get(name, "").isdigit():
+      return int(env[name])
+  return 1
+
+
+def gather_errors(error):
+  """Every rank's input error (a string or None), gathered before any collective.
+
+  Every rank calls this with its own error, or None: a bad input then ends all
+  ranks promptly instead of leaving some waiting in a collective.
+
+  Returns:
+    The list of the non-empty errors of all ranks (empty when all are fine).
+  """
+  # Horovod: every rank learns every rank's input error before any training
+  # collective, so a bad input ends all ranks promptly instead of hanging some.
+  if hvd.size() > 1:  # Horovod: one process has no peers to hear from.
+    return [e for e in hvd.allgather_object(error) if e]
+  return [error] if error else []
+
+
+def fail(message, code, program=None):
+  """Prints one error line naming the problem and exits with `code`; all ranks call it."""
+  program = program or os.path.basename(sys.argv[0])
+  # Horovod: the line names the rank that printed it.
+  sys.stderr.write("%s: error (rank %d): %s\n" % (program, hvd.rank(), message))
+  sys.stderr.flush()
+  # Horovod: a launcher kills the other ranks once one exits; let all print first.
+  if hvd.size() > 1:
+    hvd.allgather_object(None)  # Horovod: every rank reaches this before exiting.
+  sys.exit(code)
+
+
+def parse_flags_or_exit(flag_values, argv):
+  """Parses `argv` into `flag_values`; a bad flag is one error line and exit 2."""
+  try:
+    return flag_values(argv)
+  except flags.Error as e:
+    if launched_process_count(os.environ) > 1:
+      # Every rank has the same bad command line; fail() lets all of them print
+      # it before any exits (a launcher kills the rest at the first exit).
+      hvd.init()  # Horovod: init only to let fail() reach the other ranks.
+      fail(str(e), EXIT_BAD_INPUT)
+    sys.stderr.write("%s: error: %s\n" % (os.path.basename(argv[0]), e))
+    sys.exit(EXIT_BAD_INPUT)
+
+
+def lock_output_dir(output_dir, lock_name=".run_classifier.lock"):
+  """Takes an exclusive lock on `output_dir` for the life of this process.
+
+  Call it on rank 0 only. The lock (flock) goes away with the process, however it
+  ends, so a crashed job never blocks its own restart; a second live job on the
+  same folder is refused with an InputError.
+  """
+  tf.io.gfile.makedirs(output_dir)
+  path = os.path.join(output_dir, lock_name)
+  lock_file = open(path, "a+")
+  try:
+    fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+  except OSError:
+    lock_file.seek(0)
+    owner = lock_file.read().strip() or "unknown"
+    lock_file.close()
+    raise InputError("--output_dir=%s is in use by another running job (pid %s); wait "
+                     "for it or choose another output_dir" % (output_dir, owner))
+  lock_file.seek(0)
+  lock_file.truncate()
+  lock_file.write("%d\n" % os.getpid())
+  lock_file.flush()
+  _LOCK_FILES.append(lock_file)
+
+
+def work_dir_of(output_dir, rank):
+  """Rank 0 writes in `output_dir`; rank r > 0 keeps its own files in output_dir/r."""
+  # Horovod: rank 0 writes checkpoints and results in output_dir; rank r > 0 keeps
+  # only its own files in output_dir/r so no two processes write the same file.
+  return output_dir if rank == 0 else os.path.join(output_dir, str(rank))
+
+
+def latest_global_step(model_dir):
+  """Global step of the newest checkpoint in `model_dir`, or 0."""
+  ckpt = tf.train.latest_checkpoint(model_dir) if model_dir else None
+  if not ckpt:
+    return 0
+  return int(tf.train.load_variable(ckpt, "global_step"))
+
+
+def broadcast_resume_step(model_dir, rank):
+  """The step training resumes at: rank 0's newest checkpoint, known to every rank."""
+  # Rank 0's checkpoint decides where training resumes; every rank learns it, so
+  # all agree on the steps that remain (or that none remain).
+  # Horovod: broadcast rank 0's step.
+  return hvd.broadcast_object(latest_global_step(model_dir) if rank == 0 else None,
+                              root_rank=0, name="start_step")
+
+
+def broadcast_hooks():
+  """Training hooks that copy rank 0's initial variables to every rank."""
+  # Every rank starts from the same weights (random or from init_checkpoint).
+  # Horovod: broadcast initial variable states from rank 0 to all other processes.
+  return [hvd.BroadcastGlobalVariablesHook(0)]
+
+
+def training_hooks(runtime, work_dir, output_dir, loss, learning_rate, num_train_steps,
+                   per_process_batch, log_every_secs):
+  """Hooks of one rank: its final-step record; on rank 0 also progress and metrics.
+
+  Args:
+    runtime: `Runtime`. work_dir: this rank's folder; output_dir: rank 0's.
+    loss, learning_rate: scalar Tensors. num_train_steps, per_process_batch: ints.
+    log_every_secs: float, seconds between progress lines.
+  """
+  hooks = [train_metrics.FinalStepHook(
+      os.path.join(work_dir, "train_state.json"), runtime.placement)]
+  # Horovod: progress, metrics and summaries come from rank 0 only.
+  if runtime.rank == 0:
+    hooks.append(train_metrics.ThroughputHook(
+        loss, learning_rate, num_train_steps, per_process_batch, runtime.size,
+        runtime.threads, log_every_secs=log_every_secs,
+        metrics_path=os.path.join(output_dir, "train_metrics.json"),
+        summary_dir=output_dir))
+  return hooks
+
+
+def make_run_config(runtime, output_dir, work_dir, seed, save_checkpoints_steps,
+                    keep_checkpoint_max):
+  """The Estimator's RunConfig of this rank: only rank 0 saves checkpoints, summaries."""
+  config = {"tf_random_seed": seed, "log_step_count_steps": None,
+            "session_config": runtime.session_config}
+  if runtime.rank == 0:
+    config.update(model_dir=output_dir, save_checkpoints_steps=save_checkpoints_steps,
+                  keep_checkpoint_max=keep_checkpoint_max, save_summary_steps=100)
+  else:
+    # Horovod: save checkpoints only on worker 0 to prevent other workers from
+    # corrupting them.
+    config.update(model_dir=work_dir, save_checkpoints_steps=None,
+                  save_checkpoints_secs=None, save_summary_steps=0)
+  return tf_estimator.estimator.RunConfig(**config)
+
+
+def shard_examples(examples, seed, rank, size):
+  """One seeded shuffle of all examples (same on every rank), then every size-th.
+
+  Rank r keeps global positions p with p % size == r, so batch k of every rank
+  together is batch k of a single process with `size` times the batch.
+  """
+  # Horovod: every rank sees the same seeded global order and keeps its own shard.
+  order = list(range(len(examples)))
+  random.Random(seed).shuffle(order)
+  return [examples[i] for p, i in enumerate(order) if p % size == rank]
+
+
+def compute_train_steps(num_examples, per_process_batch, size, num_epochs,
+                        warmup_proportion, max_train_steps=0, accumulation_steps=1):
+  """Steps from the global example count: identical on every rank.
+
+  With gradient accumulation a step is one micro-batch, and the count is a whole
+  number of optimizer updates (a multiple of `accumulation_steps`).
+
+  Returns:
+    (num_train_steps, num_warmup_steps).
+  """
+  # Horovod: the global step count divides the examples by the global batch, so
+  # every rank stops at the same step.
+  steps = int(num_examples / (per_process_batch * size) * num_epochs)
+  if max_train_steps > 0:
+    steps = min(steps, max_train_steps)
+  steps -= steps % accumulation_steps
+  return steps, int(steps * warmup_proportion)

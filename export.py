@@ -3,9 +3,10 @@
 import json
 import os
 import shutil
-import sys
 
 import tensorflow as tf
+
+import classifier_model
 
 tf1 = tf.compat.v1
 
@@ -56,7 +57,6 @@ def export_saved_model(bert_config, label_list, checkpoint, export_dir, max_seq_
   Raises:
     ValueError: empty `label_list`, missing `vocab_file` or checkpoint.
   """
-  run_classifier = _run_classifier_module()
   label_list = [str(l) for l in label_list]
   if not label_list:
     raise ValueError("export_saved_model: empty label_list")
@@ -73,8 +73,8 @@ def export_saved_model(bert_config, label_list, checkpoint, export_dir, max_seq_
     shutil.rmtree(tmp_dir)
 
   try:
-    _build_saved_model(run_classifier, bert_config, len(label_list), checkpoint,
-                       tmp_dir, max_seq_length)
+    _build_saved_model(bert_config, len(label_list), checkpoint, tmp_dir,
+                       max_seq_length)
     _write_assets_extra(tmp_dir, label_list, max_seq_length, vocab_file, do_lower_case)
   except BaseException:
     shutil.rmtree(tmp_dir, ignore_errors=True)
@@ -83,26 +83,7 @@ def export_saved_model(bert_config, label_list, checkpoint, export_dir, max_seq_
   return export_dir
 
 
-def _run_classifier_module():
-  """The loaded run_classifier module (imported lazily: it imports this module).
-
-  When run_classifier.py runs as a script it is `__main__`; importing it again
-  under its own name would define its absl flags a second time and fail.
-  """
-  module = sys.modules.get("run_classifier")
-  if module is not None:
-    return module
-  main = sys.modules.get("__main__")
-  main_file = getattr(main, "__file__", None) or ""
-  if (os.path.basename(main_file) == "run_classifier.py" and
-      hasattr(main, "create_model")):
-    return main
-  import run_classifier  # pylint: disable=g-import-not-at-top
-  return run_classifier
-
-
-def _build_saved_model(run_classifier, bert_config, num_labels, checkpoint, out_dir,
-                       max_seq_length):
+def _build_saved_model(bert_config, num_labels, checkpoint, out_dir, max_seq_length):
   """Builds the inference graph, restores `checkpoint`, saves a SavedModel in `out_dir`."""
   graph = tf.Graph()
   with graph.as_default():
@@ -112,7 +93,7 @@ def _build_saved_model(run_classifier, bert_config, num_labels, checkpoint, out_
     }
     # Labels only feed the (unused) loss: zeros int32 [batch_size].
     labels = tf.zeros_like(inputs["input_ids"][:, 0])
-    (_, _, _, probabilities) = run_classifier.create_model(
+    (_, _, _, probabilities) = classifier_model.create_model(
         bert_config, False, inputs["input_ids"], inputs["input_mask"],
         inputs["segment_ids"], labels=labels, num_labels=num_labels)
     probabilities = tf.identity(probabilities, name=OUTPUT_NAME)

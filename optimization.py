@@ -61,7 +61,7 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
   """
   global_step = tf1.train.get_or_create_global_step()
   k = max(1, gradient_accumulation_steps)
-  # With accumulation the global step counts micro-batches (Horovod increments it
+  # Horovod: with accumulation the global step counts micro-batches (Horovod increments it
   # on the steps that only accumulate); the schedule follows optimizer updates.
   learning_rate = learning_rate_schedule(init_lr, global_step // k, num_train_steps // k,
                                          num_warmup_steps // k)
@@ -88,6 +88,7 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
     # Horovod: sum k local micro-batch gradients, then one allreduce every k steps.
     dist_kwargs["backward_passes_per_step"] = gradient_accumulation_steps
     dist_kwargs["average_aggregated_gradients"] = True
+  # Horovod: the distributed optimizer (see above).
   optimizer = hvd.DistributedOptimizer(base_optimizer, **dist_kwargs)
 
   tvars = tf1.trainable_variables()

@@ -125,7 +125,7 @@ def parse_lines(name, text, tsv):
 def featurize(texts, name, vocab_file, label_list, max_seq_length, do_lower_case):
   """Tokenizes like run_classifier.py; returns int32 arrays [n, max_seq_length] x3."""
   import numpy as np  # pylint: disable=g-import-not-at-top
-  import run_classifier  # pylint: disable=g-import-not-at-top
+  import classifier_data  # pylint: disable=g-import-not-at-top
   import tokenization  # pylint: disable=g-import-not-at-top
 
   tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case)
@@ -133,10 +133,10 @@ def featurize(texts, name, vocab_file, label_list, max_seq_length, do_lower_case
   ids, masks, segments = [], [], []
   for index, (number, text) in enumerate(texts):
     # The label is not used for prediction; any known one lets the conversion run.
-    example = run_classifier.InputExample(guid="%s:%d" % (name, number), text_a=text,
-                                          label=label_list[0])
-    feature = run_classifier.convert_single_example(index, example, label_map,
-                                                    max_seq_length, tokenizer)
+    example = classifier_data.InputExample(guid="%s:%d" % (name, number), text_a=text,
+                                           label=label_list[0])
+    feature = classifier_data.convert_single_example(index, example, label_map,
+                                                     max_seq_length, tokenizer)
     ids.append(feature.input_ids)
     masks.append(feature.input_mask)
     segments.append(feature.segment_ids)
@@ -204,7 +204,7 @@ def run(args, out=None):
   try:
     features = featurize(texts, name, vocab_file, label_list, max_seq_length,
                          bool(config["do_lower_case"]))
-  except ValueError as e:  # run_classifier.InputError
+  except ValueError as e:  # classifier_data.InputError
     raise PredictError(str(e))
   # `loaded` owns the variables: it stays alive while the signature runs.
   loaded, signature = load_signature(args.export_dir, max_seq_length, len(label_list))

@@ -56,16 +56,17 @@ def test_parse_settings():
 
 
 def test_synthetic_task_fills_the_sequence(tmp_path):
-  import run_classifier as rc  # pylint: disable=import-outside-toplevel
+  import classifier_data  # pylint: disable=import-outside-toplevel
   import tokenization  # pylint: disable=import-outside-toplevel
   args = benchmark.parse_args(["--vocab_size", "40", "--max_seq_length", "12"])
   paths = benchmark.write_task(str(tmp_path), args, num_examples=10)
   vocab = open(paths["vocab_file"]).read().split()
   assert vocab[:5] == benchmark.SPECIAL_TOKENS and vocab[-1] == "w34" and len(vocab) == 40
   tokenizer = tokenization.FullTokenizer(paths["vocab_file"], True)
-  examples = rc.TsvProcessor().get_train_examples(paths["data_dir"])
+  examples = classifier_data.TsvProcessor().get_train_examples(paths["data_dir"])
   assert len(examples) == 10 and {e.label for e in examples} <= {"0", "1"}
-  feature = rc.convert_single_example(0, examples[0], {"0": 0, "1": 1}, 12, tokenizer)
+  feature = classifier_data.convert_single_example(0, examples[0], {"0": 0, "1": 1}, 12,
+                                                   tokenizer)
   assert 0 not in feature.input_ids and all(feature.input_mask)  # no padding, no [PAD]
   assert tokenizer.vocab["[UNK]"] not in feature.input_ids
 

@@ -84,12 +84,12 @@ def test_two_processes_train_eval_predict(tiny_task, tmp_path, launcher):
 def make_init_checkpoint(folder, config):
   """Saves freshly initialized classifier weights, as a pretrained checkpoint would be."""
   import modeling
-  import run_classifier
+  import classifier_model
   os.makedirs(folder, exist_ok=True)
   with tf.Graph().as_default():
     tf1.set_random_seed(7)
     ids = tf1.placeholder(tf.int32, [2, 16])
-    run_classifier.create_model(modeling.BertConfig.from_dict(config), True, ids, ids,
+    classifier_model.create_model(modeling.BertConfig.from_dict(config), True, ids, ids,
                                 ids, tf1.placeholder(tf.int32, [2]), 2)
     with tf1.Session() as sess:
       sess.run(tf1.global_variables_initializer())

@@ -12,7 +12,7 @@ import tensorflow as tf
 from conftest import ROOT, VOCAB, classifier_args, run_job, write_task
 import export
 import modeling
-import run_classifier as rc
+import classifier_data
 import tokenization
 
 PREDICT = os.path.join(ROOT, "scripts", "predict.py")
@@ -89,9 +89,9 @@ def test_signature_in_process_matches_estimator_predictions(trained):
 
   tokenizer = tokenization.FullTokenizer(
       os.path.join(trained["export_dir"], "assets.extra", "vocab.txt"), True)
-  examples = rc.TsvProcessor().get_test_examples(trained["task"])
+  examples = classifier_data.TsvProcessor().get_test_examples(trained["task"])
   label_map = {l: i for i, l in enumerate(trained["labels"])}
-  feats = [rc.convert_single_example(i, ex, label_map, 16, tokenizer)
+  feats = [classifier_data.convert_single_example(i, ex, label_map, 16, tokenizer)
            for i, ex in enumerate(examples)]
   outputs = signature(
       input_ids=tf.constant([f.input_ids for f in feats], tf.int32),
@@ -156,8 +156,9 @@ def export_probabilities(export_dir, task_dir):
   signature = tf.saved_model.load(export_dir).signatures["serving_default"]
   tokenizer = tokenization.FullTokenizer(vocab_file, cfg["do_lower_case"])
   label_map = {l: i for i, l in enumerate(labels)}
-  feats = [rc.convert_single_example(i, ex, label_map, cfg["max_seq_length"], tokenizer)
-           for i, ex in enumerate(rc.TsvProcessor().get_test_examples(task_dir))]
+  feats = [classifier_data.convert_single_example(i, ex, label_map, cfg["max_seq_length"],
+                                                  tokenizer)
+           for i, ex in enumerate(classifier_data.TsvProcessor().get_test_examples(task_dir))]
   return signature(
       input_ids=tf.constant([f.input_ids for f in feats], tf.int32),
       input_mask=tf.constant([f.input_mask for f in feats], tf.int32),

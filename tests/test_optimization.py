@@ -10,7 +10,7 @@ tf1 = tf.compat.v1
 
 
 def setup_module():
-  hvd.init()  # A single process: size 1.
+  hvd.init()  # Horovod: a single process, size 1.
 
 
 def test_adam_converges_and_steps_once_per_update():

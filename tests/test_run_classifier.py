@@ -5,6 +5,8 @@ import types
 
 import pytest
 
+import classifier_data
+import distributed
 import run_classifier as rc
 import tokenization
 from conftest import VOCAB
@@ -18,7 +20,7 @@ def write(path, text):
 
 def test_tsv_processor_reads_labels_and_texts(tmp_path):
   write(tmp_path / "train.tsv", "1\tgood movie\n0\tbad food\n\n1\tnice\n")
-  proc = rc.TsvProcessor()
+  proc = classifier_data.TsvProcessor()
   examples = proc.get_train_examples(str(tmp_path))
   assert [(e.label, e.text_a) for e in examples] == [
       ("1", "good movie"), ("0", "bad food"), ("1", "nice")]
@@ -35,39 +37,39 @@ def test_tsv_processor_reads_labels_and_texts(tmp_path):
 def test_tsv_processor_names_file_and_line(tmp_path, content, message):
   write(tmp_path / "train.tsv", content)
   with pytest.raises(rc.InputError, match=message):
-    rc.TsvProcessor().get_train_examples(str(tmp_path))
+    classifier_data.TsvProcessor().get_train_examples(str(tmp_path))
 
 
 def test_missing_and_non_utf8_files(tmp_path):
   with pytest.raises(rc.InputError, match="train.tsv: no such file"):
-    rc.TsvProcessor().get_train_examples(str(tmp_path))
+    classifier_data.TsvProcessor().get_train_examples(str(tmp_path))
   (tmp_path / "train.tsv").write_bytes(b"1\t\xff\xfe bad\n")
   with pytest.raises(rc.InputError, match="not valid UTF-8"):
-    rc.TsvProcessor().get_train_examples(str(tmp_path))
+    classifier_data.TsvProcessor().get_train_examples(str(tmp_path))
 
 
 def test_shards_are_a_partition_of_one_seeded_order():
   examples = list(range(11))
-  shards = [rc.shard_examples(examples, seed=5, rank=r, size=3) for r in range(3)]
+  shards = [distributed.shard_examples(examples, seed=5, rank=r, size=3) for r in range(3)]
   assert sorted(sum(shards, [])) == examples
   assert [len(s) for s in shards] == [4, 4, 3]
-  single = rc.shard_examples(examples, seed=5, rank=0, size=1)
+  single = distributed.shard_examples(examples, seed=5, rank=0, size=1)
   # Position p of the global order goes to rank p % size.
   assert [single[p] for p in range(0, 11, 3)] == shards[0]
   assert [single[p] for p in range(1, 11, 3)] == shards[1]
-  assert rc.shard_examples(examples, seed=6, rank=0, size=1) != single
+  assert distributed.shard_examples(examples, seed=6, rank=0, size=1) != single
 
 
 def test_train_steps_come_from_the_global_count():
-  assert rc.compute_train_steps(101, 4, 2, 3.0, 0.1) == (37, 3)
-  assert rc.compute_train_steps(101, 8, 1, 3.0, 0.1) == (37, 3)
-  assert rc.compute_train_steps(1000, 10, 2, 1.0, 0.0, max_train_steps=7) == (7, 0)
+  assert distributed.compute_train_steps(101, 4, 2, 3.0, 0.1) == (37, 3)
+  assert distributed.compute_train_steps(101, 8, 1, 3.0, 0.1) == (37, 3)
+  assert distributed.compute_train_steps(1000, 10, 2, 1.0, 0.0, max_train_steps=7) == (7, 0)
 
 
 def test_convert_single_example(tmp_path):
   tok = tokenization.FullTokenizer(write(tmp_path / "vocab.txt", "\n".join(VOCAB) + "\n"))
-  ex = rc.InputExample("dev-1", "Good movie", "the food", label="1")
-  f = rc.convert_single_example(0, ex, {"0": 0, "1": 1}, 8, tok)
+  ex = classifier_data.InputExample("dev-1", "Good movie", "the food", label="1")
+  f = classifier_data.convert_single_example(0, ex, {"0": 0, "1": 1}, 8, tok)
   ids = [VOCAB.index(t) for t in ["[CLS]", "good", "movie", "[SEP]", "the", "food",
                                   "[SEP]"]]
   assert f.input_ids == ids + [0]
@@ -75,22 +77,22 @@ def test_convert_single_example(tmp_path):
   assert f.segment_ids == [0, 0, 0, 0, 1, 1, 1, 0]
   assert f.label_id == 1
   with pytest.raises(rc.InputError, match="dev-1: label 'x' is not among"):
-    rc.convert_single_example(0, rc.InputExample("dev-1", "good", label="x"),
-                              {"0": 0, "1": 1}, 8, tok)
+    classifier_data.convert_single_example(
+        0, classifier_data.InputExample("dev-1", "good", label="x"), {"0": 0, "1": 1}, 8, tok)
 
 
 def test_input_fn_batches_and_does_not_autotune(tmp_path):
   import tensorflow as tf  # pylint: disable=import-outside-toplevel
   tok = tokenization.FullTokenizer(write(tmp_path / "vocab.txt", "\n".join(VOCAB) + "\n"))
-  examples = [rc.InputExample("t-%d" % i, "good movie", label=str(i % 2))
+  examples = [classifier_data.InputExample("t-%d" % i, "good movie", label=str(i % 2))
               for i in range(5)]
   path = str(tmp_path / "train.tf_record")
-  rc.file_based_convert_examples_to_features(examples, ["0", "1"], 8, tok, path)
-  train = rc.file_based_input_fn_builder(path, 8, 2, is_training=True, seed=1)()
+  classifier_data.file_based_convert_examples_to_features(examples, ["0", "1"], 8, tok, path)
+  train = classifier_data.file_based_input_fn_builder(path, 8, 2, is_training=True, seed=1)()
   batches = list(train.take(4).as_numpy_iterator())  # repeats; full batches only
   assert [b["input_ids"].shape for b in batches] == [(2, 8)] * 4
   assert sorted(b["label_ids"].tolist() for b in batches[:2]) == [[0, 1], [0, 1]]
-  evaluation = rc.file_based_input_fn_builder(path, 8, 2, is_training=False)()
+  evaluation = classifier_data.file_based_input_fn_builder(path, 8, 2, is_training=False)()
   assert [len(b["label_ids"]) for b in evaluation.as_numpy_iterator()] == [2, 2, 1]
   # tf.data's autotuning thread made closing a session wait up to its
   # optimization period (observed 17-40 s at the end of training).
@@ -101,67 +103,67 @@ def test_input_fn_batches_and_does_not_autotune(tmp_path):
 
 def test_truncation_keeps_cls_and_sep(tmp_path):
   tok = tokenization.FullTokenizer(write(tmp_path / "vocab.txt", "\n".join(VOCAB) + "\n"))
-  ex = rc.InputExample("t", "good " * 20, label="0")
-  f = rc.convert_single_example(0, ex, {"0": 0}, 6, tok)
+  ex = classifier_data.InputExample("t", "good " * 20, label="0")
+  f = classifier_data.convert_single_example(0, ex, {"0": 0}, 6, tok)
   assert f.input_ids == [VOCAB.index(t) for t in ["[CLS]"] + ["good"] * 4 + ["[SEP]"]]
 
 
 def test_cpu_threads_divide_cores_among_local_processes():
   cores = len(os.sched_getaffinity(0))
-  assert rc.cpu_threads_per_process(1) == cores
-  assert rc.cpu_threads_per_process(cores) == 1
-  assert rc.cpu_threads_per_process(4 * cores) == 1
-  assert rc.cpu_threads_per_process(2, requested=3) == 3
-  config = rc.make_session_config(False, 0, 1, 2)
+  assert distributed.cpu_threads_per_process(1) == cores
+  assert distributed.cpu_threads_per_process(cores) == 1
+  assert distributed.cpu_threads_per_process(4 * cores) == 1
+  assert distributed.cpu_threads_per_process(2, requested=3) == 3
+  config = distributed.make_session_config(False, 0, 1, 2)
   assert config.intra_op_parallelism_threads == 1
-  gpu = rc.make_session_config(True, 3, 1, 2)
+  gpu = distributed.make_session_config(True, 3, 1, 2)
   assert gpu.gpu_options.visible_device_list == "3" and gpu.gpu_options.allow_growth
 
 
 def test_horovod_cycle_time_defaults_to_10ms_on_cpu_hosts_only():
-  assert rc.horovod_cycle_time_ms(0, {}, gpu_available=False) == 10.0
-  assert rc.horovod_cycle_time_ms(0, {}, gpu_available=True) is None  # Horovod's own
+  assert distributed.horovod_cycle_time_ms(0, {}, gpu_available=False) == 10.0
+  assert distributed.horovod_cycle_time_ms(0, {}, gpu_available=True) is None  # Horovod's own
   # horovodrun --cycle-time-ms (or the user) set the variable: left alone.
-  assert rc.horovod_cycle_time_ms(0, {"HOROVOD_CYCLE_TIME": "3"}, False) is None
-  assert rc.horovod_cycle_time_ms(2.5, {"HOROVOD_CYCLE_TIME": "3"}, True) == 2.5
+  assert distributed.horovod_cycle_time_ms(0, {"HOROVOD_CYCLE_TIME": "3"}, False) is None
+  assert distributed.horovod_cycle_time_ms(2.5, {"HOROVOD_CYCLE_TIME": "3"}, True) == 2.5
 
 
 def test_mpi_ranks_yield_when_idle_on_cpu_hosts_only():
-  assert rc.mpi_cpu_host_env({}, gpu_available=False) == {
+  assert distributed.mpi_cpu_host_env({}, gpu_available=False) == {
       "OMPI_MCA_mpi_yield_when_idle": "1"}
-  assert rc.mpi_cpu_host_env({}, gpu_available=True) == {}
+  assert distributed.mpi_cpu_host_env({}, gpu_available=True) == {}
   # Set by the user or by `mpirun --mca mpi_yield_when_idle 0`: left alone.
-  assert rc.mpi_cpu_host_env({"OMPI_MCA_mpi_yield_when_idle": "0"}, False) == {}
+  assert distributed.mpi_cpu_host_env({"OMPI_MCA_mpi_yield_when_idle": "0"}, False) == {}
 
 
 def test_launched_process_count_reads_the_launchers_variables():
-  assert rc.launched_process_count({}) == 1
-  assert rc.launched_process_count({"HOROVOD_SIZE": "4"}) == 4  # horovodrun
-  assert rc.launched_process_count({"OMPI_COMM_WORLD_SIZE": "8"}) == 8  # mpirun
-  assert rc.launched_process_count({"PMI_SIZE": "2"}) == 2  # srun
-  assert rc.launched_process_count({"HOROVOD_SIZE": ""}) == 1
+  assert distributed.launched_process_count({}) == 1
+  assert distributed.launched_process_count({"HOROVOD_SIZE": "4"}) == 4  # horovodrun
+  assert distributed.launched_process_count({"OMPI_COMM_WORLD_SIZE": "8"}) == 8  # mpirun
+  assert distributed.launched_process_count({"PMI_SIZE": "2"}) == 2  # srun
+  assert distributed.launched_process_count({"HOROVOD_SIZE": ""}) == 1
 
 
 def test_embedding_allreduce_auto_compares_gathered_rows_with_vocab():
   # 2 x 16 x 128 = 4096 gathered rows < 30522: allgather; 8 x 32 x 128 > 30522: dense.
-  assert rc.use_sparse_embedding_allreduce("auto", 2, 16, 128, 30522, 1)
-  assert not rc.use_sparse_embedding_allreduce("auto", 8, 32, 128, 30522, 1)
-  assert not rc.use_sparse_embedding_allreduce("auto", 2, 16, 128, 30522, 2)
-  assert rc.use_sparse_embedding_allreduce("sparse", 8, 32, 128, 30522, 1)
-  assert not rc.use_sparse_embedding_allreduce("dense", 2, 16, 128, 30522, 1)
+  assert distributed.use_sparse_embedding_allreduce("auto", 2, 16, 128, 30522, 1)
+  assert not distributed.use_sparse_embedding_allreduce("auto", 8, 32, 128, 30522, 1)
+  assert not distributed.use_sparse_embedding_allreduce("auto", 2, 16, 128, 30522, 2)
+  assert distributed.use_sparse_embedding_allreduce("sparse", 8, 32, 128, 30522, 1)
+  assert not distributed.use_sparse_embedding_allreduce("dense", 2, 16, 128, 30522, 1)
 
 
 def test_glue_processors(tmp_path):
   write(tmp_path / "train.tsv",
         "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n1\t1\t2\tHe said.\tShe said.\n")
-  ex = rc.MrpcProcessor().get_train_examples(str(tmp_path))
+  ex = classifier_data.MrpcProcessor().get_train_examples(str(tmp_path))
   assert [(e.label, e.text_a, e.text_b) for e in ex] == [("1", "He said.", "She said.")]
   write(tmp_path / "train.tsv", "gj04\t1\t\tOur friends won't buy this.\n")
-  ex = rc.ColaProcessor().get_train_examples(str(tmp_path))
+  ex = classifier_data.ColaProcessor().get_train_examples(str(tmp_path))
   assert [(e.label, e.text_a) for e in ex] == [("1", "Our friends won't buy this.")]
   write(tmp_path / "train.tsv", "gj04\t1\n")
   with pytest.raises(rc.InputError, match="train.tsv:1: expected at least 4"):
-    rc.ColaProcessor().get_train_examples(str(tmp_path))
+    classifier_data.ColaProcessor().get_train_examples(str(tmp_path))
 
 
 GLUE_FIXTURES = {
@@ -188,7 +190,7 @@ GLUE_FIXTURES = {
 @pytest.mark.parametrize("task", sorted(GLUE_FIXTURES))
 def test_glue_pair_and_single_sentence_tasks(tmp_path, task):
   train, test, want_train, want_test = GLUE_FIXTURES[task]
-  proc = rc.PROCESSORS[task]()
+  proc = classifier_data.PROCESSORS[task]()
   write(tmp_path / "train.tsv", train)
   write(tmp_path / proc.test_file, test)
   ex = proc.get_train_examples(str(tmp_path))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import run_classifier
+import distributed
 from conftest import classifier_args, requires, run_job, tiny_config, write_task
 from test_distributed import assert_ok, make_init_checkpoint, trained_weights
 
@@ -65,7 +65,7 @@ def test_xla_runs_and_stays_close(setup_dir):
 
 
 def test_amp_uses_bfloat16_on_cpu_or_says_why_not(setup_dir):
-  if not run_classifier.cpu_supports_bfloat16():
+  if not distributed.cpu_supports_bfloat16():
     base, task, _ = setup_dir
     proc = run_job("python", 1, classifier_args(task, os.path.join(base, "amp_no"),
                                                 "--do_train", "--use_amp"))

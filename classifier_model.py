@@ -1,0 +1,151 @@
+"""The classifier graph: BERT plus a linear layer, its metrics and its model_fn."""
+
+import tensorflow as tf
+import tensorflow_estimator as tf_estimator
+
+import modeling
+import optimization
+
+tf1 = tf.compat.v1
+
+
+def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, labels,
+                 num_labels, compute_type=tf.float32):
+  """Creates a classification model: BERT's pooled output, dropout, a linear layer.
+
+  Args:
+    bert_config: `BertConfig`; its hidden_dropout_prob also drives the head dropout.
+    is_training: bool.
+    input_ids, input_mask, segment_ids: int32 Tensors of shape [batch_size, seq_length].
+    labels: int32 Tensor of shape [batch_size].
+    num_labels: int.
+    compute_type: dtype of the encoder's activations (mixed precision).
+
+  Returns:
+    (loss, per_example_loss, logits, probabilities): a scalar mean loss and
+    float32 Tensors of shape [batch_size], [batch_size, num_labels] x2.
+  """
+  model = modeling.BertModel(config=bert_config, is_training=is_training,
+                             input_ids=input_ids, input_mask=input_mask,
+                             token_type_ids=segment_ids, compute_type=compute_type)
+  output_layer = model.get_pooled_output()
+  hidden_size = output_layer.shape[-1]
+
+  output_weights = tf1.get_variable(
+      "output_weights", [num_labels, hidden_size],
+      initializer=tf1.truncated_normal_initializer(stddev=0.02))
+  output_bias = tf1.get_variable("output_bias", [num_labels],
+                                 initializer=tf1.zeros_initializer())
+
+  with tf1.name_scope("classifier_loss"):
+    if is_training:
+      output_layer = modeling.dropout(output_layer, bert_config.hidden_dropout_prob)
+    logits = tf.matmul(output_layer, output_weights, transpose_b=True)
+    logits = tf.nn.bias_add(logits, output_bias)
+    probabilities = tf.nn.softmax(logits, axis=-1)
+    log_probs = tf.nn.log_softmax(logits, axis=-1)
+    one_hot_labels = tf.one_hot(labels, depth=num_labels, dtype=tf.float32)
+    per_example_loss = -tf.reduce_sum(one_hot_labels * log_probs, axis=-1)
+    loss = tf.reduce_mean(per_example_loss)
+    return (loss, per_example_loss, logits, probabilities)
+
+
+def metric_fn(per_example_loss, label_ids, logits, is_real_example, num_labels,
+              task_name):
+  """Eval metrics: accuracy and loss; F1 for binary tasks; MCC for CoLA.
+
+  Args:
+    per_example_loss: float32 [batch_size]; label_ids: int32 [batch_size];
+    logits: float32 [batch_size, num_labels]; is_real_example: int32 [batch_size].
+
+  Returns:
+    dict of name -> (value_op, update_op).
+  """
+  predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
+  weights = tf.cast(is_real_example, tf.float32)
+  metrics = {
+      "eval_accuracy": tf1.metrics.accuracy(label_ids, predictions, weights=weights),
+      "eval_loss": tf1.metrics.mean(per_example_loss, weights=weights),
+  }
+  if num_labels == 2:
+    tp = tf1.metrics.true_positives(label_ids, predictions, weights=weights)
+    fp = tf1.metrics.false_positives(label_ids, predictions, weights=weights)
+    fn = tf1.metrics.false_negatives(label_ids, predictions, weights=weights)
+    tn = tf1.metrics.true_negatives(label_ids, predictions, weights=weights)
+    update = tf.group(tp[1], fp[1], fn[1], tn[1])
+    tp_v, fp_v, fn_v, tn_v = tp[0], fp[0], fn[0], tn[0]
+    f1 = tf.math.divide_no_nan(2.0 * tp_v, 2.0 * tp_v + fp_v + fn_v)
+    metrics["eval_f1"] = (f1, update)
+    if task_name == "cola":
+      denom = tf.sqrt((tp_v + fp_v) * (tp_v + fn_v) * (tn_v + fp_v) * (tn_v + fn_v))
+      metrics["eval_mcc"] = (tf.math.divide_no_nan(tp_v * tn_v - fp_v * fn_v, denom),
+                             update)
+  return metrics
+
+
+def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
+                     num_train_steps, num_warmup_steps, task_name="tsv",
+                     scale_learning_rate=True, training_hooks_fn=None,
+                     compute_type=tf.float32, gradient_accumulation_steps=1,
+                     fp16_allreduce=False, sparse_embedding_allreduce=False):
+  """Returns the `model_fn` closure for the Estimator.
+
+  Args:
+    bert_config: `BertConfig`.
+    num_labels: int.
+    init_checkpoint: checkpoint path to initialize from, or None. Pass it on rank 0
+      only: the broadcast hook copies rank 0's weights to the others.
+    learning_rate: float, peak rate of one process.
+    num_train_steps, num_warmup_steps: ints, identical on every rank.
+    task_name: string, selects extra eval metrics.
+    scale_learning_rate: bool, multiply the rate by the number of processes.
+    training_hooks_fn: optional (loss, learning_rate) -> list of SessionRunHooks.
+    compute_type: tf.float32, or tf.bfloat16 / tf.float16 for mixed precision
+      (float16 adds dynamic loss scaling).
+    gradient_accumulation_steps: int, micro-batches per optimizer update.
+    fp16_allreduce: bool, compress gradients to float16 for the allreduce.
+    sparse_embedding_allreduce: bool, allgather the word-embedding rows instead
+      of allreducing the dense table.
+  """
+
+  def model_fn(features, labels, mode, params):
+    del labels, params
+    input_ids = features["input_ids"]
+    input_mask = features["input_mask"]
+    segment_ids = features["segment_ids"]
+    label_ids = features["label_ids"]
+    is_real_example = features["is_real_example"]
+
+    is_training = (mode == tf_estimator.estimator.ModeKeys.TRAIN)
+    (total_loss, per_example_loss, logits, probabilities) = create_model(
+        bert_config, is_training, input_ids, input_mask, segment_ids, label_ids,
+        num_labels, compute_type=compute_type if is_training else tf.float32)
+
+    if init_checkpoint:
+      tvars = tf1.trainable_variables()
+      (assignment_map, _) = modeling.get_assignment_map_from_checkpoint(
+          tvars, init_checkpoint)
+      tf1.train.init_from_checkpoint(init_checkpoint, assignment_map)
+
+    if mode == tf_estimator.estimator.ModeKeys.TRAIN:
+      train_op, lr, grad_norm = optimization.create_optimizer(
+          total_loss, learning_rate, num_train_steps, num_warmup_steps,
+          scale_learning_rate=scale_learning_rate,
+          gradient_accumulation_steps=gradient_accumulation_steps,
+          fp16_allreduce=fp16_allreduce,
+          dynamic_loss_scale=compute_type == tf.float16,
+          sparse_embedding_allreduce=sparse_embedding_allreduce)
+      tf1.summary.scalar("learning_rate", lr)
+      tf1.summary.scalar("grad_global_norm", grad_norm)
+      hooks = training_hooks_fn(total_loss, lr) if training_hooks_fn else []
+      return tf_estimator.estimator.EstimatorSpec(
+          mode=mode, loss=total_loss, train_op=train_op, training_hooks=hooks)
+    if mode == tf_estimator.estimator.ModeKeys.EVAL:
+      return tf_estimator.estimator.EstimatorSpec(
+          mode=mode, loss=total_loss,
+          eval_metric_ops=metric_fn(per_example_loss, label_ids, logits,
+                                    is_real_example, num_labels, task_name))
+    return tf_estimator.estimator.EstimatorSpec(
+        mode=mode, predictions={"probabilities": probabilities})
+
+  return model_fn
