@@ -274,19 +274,9 @@ class LambOptimizer(AdamWeightDecayOptimizer):
   be wrapped by hvd.DistributedOptimizer the same way.
   """
 
-  def __init__(self,
-               learning_rate,
-               weight_decay_rate=0.0,
-               beta_1=0.9,
-               beta_2=0.999,
-               epsilon=1e-6,
-               exclude_from_weight_decay=None,
-               name="LambOptimizer"):
-    """Constructs a LambOptimizer (rates may be Tensors)."""
-    super(LambOptimizer, self).__init__(
-        learning_rate, weight_decay_rate=weight_decay_rate, beta_1=beta_1,
-        beta_2=beta_2, epsilon=epsilon,
-        exclude_from_weight_decay=exclude_from_weight_decay, name=name)
+  def __init__(self, learning_rate, name="LambOptimizer", **kwargs):
+    """Constructs a LambOptimizer: arguments as AdamWeightDecayOptimizer's."""
+    super(LambOptimizer, self).__init__(learning_rate, name=name, **kwargs)
     self._step = None
 
   def _is_excluded(self, param_name):
@@ -312,11 +302,10 @@ class LambOptimizer(AdamWeightDecayOptimizer):
     correction_1 = correction(self.beta_1)
     correction_2 = correction(self.beta_2)
     updates = []
-    for (grad, param) in grads_and_vars:
-      if isinstance(grad, tf.IndexedSlices):
-        grad = tf.convert_to_tensor(grad)
+    for grad, param in grads_and_vars:
       param_name = self._get_variable_name(param.name)
       m, v = self._slots_by_name[param_name]
+      grad = tf.convert_to_tensor(grad)  # densifies IndexedSlices
       next_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
       next_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
       update = (next_m / correction_1) / (tf.sqrt(next_v / correction_2) + self.epsilon)
