@@ -264,16 +264,25 @@ def _random_other_document(documents, document_index, rng):
 def instances_from_document(documents, document_index, config, rng):
   """Creates instances from one document (segment pairs with masks).
 
-  Segment A is the first 1..k-1 sentences of a chunk of k sentences filling
-  the target length; B is either the rest of the chunk (is_random_next False)
-  or, with probability 0.5 and always for a one-sentence chunk, sentences
-  from a random other document (the unused chunk sentences are reused).
+  Sentences are gathered into a chunk until it reaches the target length
+  (max_seq_length - 3, or with probability short_seq_prob a random shorter
+  one). With probability 0.5 (or always when there is no continuation), B is
+  random text: sentences from random other documents, taken until A + B
+  reach the target length, and the chunk's sentences after A are used again
+  for the next instance. Otherwise B is the actual continuation: the chunk's
+  sentences after A, or for a one-sentence chunk (a short review, say) the
+  words after a random word boundary of that sentence. So single-sentence
+  documents do not make every pair a random one.
   """
   document = documents[document_index]
   max_num_tokens = config.max_seq_length - 3
-  target_length = max_num_tokens
-  if rng.random() < config.short_seq_prob:
-    target_length = rng.randint(2, max_num_tokens)
+
+  def draw_target():
+    if rng.random() < config.short_seq_prob:
+      return rng.randint(2, max_num_tokens)
+    return max_num_tokens
+
+  target_length = draw_target()
   instances = []
   chunk = []
   chunk_length = 0
@@ -284,26 +293,56 @@ def instances_from_document(documents, document_index, config, rng):
     if i == len(document) - 1 or chunk_length >= target_length:
       a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
       a_ids, a_starts = _concat(chunk[:a_end])
-      can_sample = len(documents) > 1
-      is_random_next = can_sample and (len(chunk) == 1 or rng.random() < 0.5)
+      is_random_next = len(documents) > 1 and rng.random() < 0.5
+      b_ids, b_starts = [], []
+      if not is_random_next:
+        if len(chunk) >= 2:
+          b_ids, b_starts = _concat(chunk[a_end:])
+        else:
+          a_ids, a_starts, b_ids, b_starts = _split_at_word(a_ids, a_starts, rng)
+        is_random_next = not b_ids and len(documents) > 1
       if is_random_next:
-        other = documents[_random_other_document(documents, document_index, rng)]
-        start = rng.randrange(len(other))
-        b_ids, b_starts = _concat(other[start:],
-                                  max(1, target_length - len(a_ids)))
+        b_ids, b_starts = _random_text(documents, document_index,
+                                       max(1, target_length - len(a_ids)), rng)
         i -= len(chunk) - a_end
-      else:
-        b_ids, b_starts = _concat(chunk[a_end:])
       if b_ids:
         instances.append(_make_instance(a_ids, a_starts, b_ids, b_starts,
                                         is_random_next, config, rng))
       chunk = []
       chunk_length = 0
-      target_length = max_num_tokens
-      if rng.random() < config.short_seq_prob:
-        target_length = rng.randint(2, max_num_tokens)
+      target_length = draw_target()
     i += 1
   return instances
+
+
+def _split_at_word(ids, starts, rng):
+  """Cuts one sentence at a random word start: (a_ids, a_starts, b_ids, b_starts).
+
+  B is empty when the sentence is a single word.
+  """
+  cuts = [k for k in range(1, len(ids)) if starts[k]]
+  if not cuts:
+    return ids, starts, [], []
+  cut = cuts[rng.randrange(len(cuts))]
+  return ids[:cut], starts[:cut], ids[cut:], starts[cut:]
+
+
+def _random_text(documents, document_index, length, rng):
+  """Sentences from random documents other than `document_index`.
+
+  Starts at a random sentence of a random other document and moves on to
+  further random documents until `length` ids are gathered (at most 16).
+  """
+  ids, starts = [], []
+  for _ in range(16):
+    other = documents[_random_other_document(documents, document_index, rng)]
+    more_ids, more_starts = _concat(other[rng.randrange(len(other)):],
+                                    length - len(ids))
+    ids.extend(more_ids)
+    starts.extend(more_starts)
+    if len(ids) >= length:
+      break
+  return ids, starts
 
 
 def _concat(sentences, limit=None):

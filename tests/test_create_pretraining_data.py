@@ -140,6 +140,26 @@ def test_next_sentence_balance_and_segments(tmp_path):
     assert instance.segment_ids == [0] * (first_sep + 1) + [1] * (length - first_sep - 1)
 
 
+def test_single_sentence_documents_split_at_a_word(tmp_path):
+  documents, config, tokenizer = _documents_and_config(tmp_path, whole_word=False)
+  # Every sentence its own document, like the short reviews of the corpus.
+  singles = [[sentence] for document in documents for sentence in document]
+  sentences = {tuple(s.ids) for document in singles for s in document}
+  instances = cpd.shard_instances(singles, 0, 1, 5, 11, config)
+  actual = [i for i in instances if not i.is_random_next]
+  assert 0.45 < len(actual) / len(instances) < 0.55
+  for instance in actual:
+    original = _original_ids(instance)
+    first_sep = original.index(config.sep_id)
+    a, b = original[1:first_sep], original[first_sep + 1:-1]
+    assert tuple(a + b) in sentences  # B is the rest of A's sentence...
+    assert tokenizer.inv_vocab[b[0]] in FIRST_CHARS | {"。"}  # ...from a word start
+  random_next = [i for i in instances if i.is_random_next]
+  lengths = [len(i.input_ids) for i in random_next]
+  # Random text is taken from as many documents as it takes to fill up.
+  assert sum(n == config.max_seq_length for n in lengths) / len(lengths) > 0.7
+
+
 def test_short_sequences_appear(tmp_path):
   instances, config, _ = _instances(tmp_path, whole_word=False, dupe_factor=10)
   lengths = [len(i.input_ids) for i in instances]
