@@ -29,7 +29,7 @@ GRADIENTS = [  # one gradient per variable per step
 
 
 def setup_module():
-  hvd.init()  # A single process: size 1.
+  hvd.init()  # Horovod: a single process (size 1).
 
 
 def numpy_lamb(weights, gradients, lr, weight_decay_rate, beta_1=0.9,
