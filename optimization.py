@@ -253,3 +253,79 @@ class AdamWeightDecayOptimizer(tf1.train.Optimizer):
 
   def _resource_apply_sparse(self, grad, handle, indices):
     raise NotImplementedError()
+
+
+class LambOptimizer(AdamWeightDecayOptimizer):
+  """LAMB: Adam with a per-layer trust ratio (You et al. 2019, arXiv 1904.00962).
+
+  Per variable w with gradient g, at update t = 1, 2, ...:
+    m <- beta_1 * m + (1 - beta_1) * g
+    v <- beta_2 * v + (1 - beta_2) * g^2
+    u = (m / (1 - beta_1^t)) / (sqrt(v / (1 - beta_2^t)) + epsilon)
+        + weight_decay_rate * w
+    r = ||w|| / ||u||   (1.0 when either norm is 0)
+    w <- w - lr * r * u
+  Variables matching `exclude_from_weight_decay` (LayerNorm, bias) get neither
+  the decay term nor the trust ratio (r = 1: plain Adam with bias correction).
+  Slots are `<var>/adam_m` and `<var>/adam_v` as for AdamWeightDecayOptimizer;
+  t is counted in the non-trainable `<name>/step` (float32), so it follows the
+  updates actually applied, whatever `global_step` counts. `apply_gradients`
+  increments `global_step` by one, like AdamWeightDecayOptimizer, so both can
+  be wrapped by hvd.DistributedOptimizer the same way.
+  """
+
+  def __init__(self, learning_rate, name="LambOptimizer", **kwargs):
+    """Constructs a LambOptimizer: arguments as AdamWeightDecayOptimizer's."""
+    super(LambOptimizer, self).__init__(learning_rate, name=name, **kwargs)
+    self._step = None
+
+  def _is_excluded(self, param_name):
+    """Whether `param_name` is exempt from decay and trust ratio (any rate)."""
+    return any(re.search(r, param_name) is not None
+               for r in self.exclude_from_weight_decay or ())
+
+  def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+    """Applies one LAMB update to every (gradient, variable); returns the op."""
+    grads_and_vars = [(g, p) for g, p in grads_and_vars if g is not None and p is not None]
+    self.create_slots([p for _, p in grads_and_vars])
+    if self._step is None:
+      self._step = tf1.get_variable(
+          name=self.get_name() + "/step", shape=[], dtype=tf.float32,
+          trainable=False, initializer=tf1.zeros_initializer())
+    learning_rate = tf.convert_to_tensor(self.learning_rate, dtype=tf.float32)
+    t = self._step + 1.0
+    # 1 - beta^t as -expm1(t * log(beta)) with the log taken in float64: the
+    # float32 1 - beta_2 is 1.3e-5 off (0.00099998713), and so would the step be.
+    def correction(beta):
+      log_beta = tf.cast(tf.math.log(tf.constant(beta, tf.float64)), tf.float32)
+      return -tf.math.expm1(t * log_beta)
+    correction_1 = correction(self.beta_1)
+    correction_2 = correction(self.beta_2)
+    updates = []
+    for grad, param in grads_and_vars:
+      param_name = self._get_variable_name(param.name)
+      m, v = self._slots_by_name[param_name]
+      grad = tf.convert_to_tensor(grad)  # densifies IndexedSlices
+      next_m = self.beta_1 * m + (1.0 - self.beta_1) * grad
+      next_v = self.beta_2 * v + (1.0 - self.beta_2) * tf.square(grad)
+      update = (next_m / correction_1) / (tf.sqrt(next_v / correction_2) + self.epsilon)
+      ratio = 1.0
+      if not self._is_excluded(param_name):
+        if self.weight_decay_rate:
+          update += self.weight_decay_rate * param
+        w_norm = tf.norm(param)
+        u_norm = tf.norm(update)
+        ratio = tf.where(tf.logical_and(w_norm > 0.0, u_norm > 0.0),
+                         w_norm / tf.maximum(u_norm, 1e-30), 1.0)
+      # The new weights are computed from the value before this step (the
+      # decay term and the norm read `param`) before any assignment runs.
+      new_param = param - learning_rate * ratio * update
+      updates.extend([param.assign(new_param, read_value=False),
+                      m.assign(next_m, read_value=False),
+                      v.assign(next_v, read_value=False)])
+    with tf.control_dependencies(updates):
+      update_op = self._step.assign_add(1.0, read_value=False)
+    if global_step is None:
+      return tf.identity(update_op, name=name) if name else update_op
+    with tf.control_dependencies([update_op]):
+      return tf.group(global_step.assign_add(1), name=name)

