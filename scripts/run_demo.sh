@@ -47,22 +47,15 @@ HIDDEN="${HIDDEN:-256}"; LAYERS="${LAYERS:-2}"; HEADS="${HEADS:-4}"; FFN="${FFN:
 
 while [ $# -gt 0 ]; do
   case "$1" in
-    --np) need "$@"; NP="$2"; shift 2 ;;
     --gpu) GPU=1; shift ;;
-    --launcher) need "$@"; LAUNCHER="$2"; shift 2 ;;
-    --controller) need "$@"; CONTROLLER="$2"; shift 2 ;;
-    --epochs) need "$@"; EPOCHS="$2"; shift 2 ;;
-    --seed) need "$@"; SEED="$2"; shift 2 ;;
-    --batch) need "$@"; BATCH="$2"; shift 2 ;;
-    --lr) need "$@"; LR="$2"; shift 2 ;;
-    --max_seq_length) need "$@"; MAX_SEQ_LENGTH="$2"; shift 2 ;;
-    --output_dir) need "$@"; OUTPUT_DIR="$2"; shift 2 ;;
-    --data_dir) need "$@"; DATA_DIR="$2"; shift 2 ;;
-    --max_examples) need "$@"; MAX_EXAMPLES="$2"; shift 2 ;;
-    --max_train_steps) need "$@"; MAX_TRAIN_STEPS="$2"; shift 2 ;;
-    --python) need "$@"; PY="$2"; shift 2 ;;
     --skip_setup) SKIP_SETUP=1; shift ;;
     --dry_run) DRY_RUN=1; shift ;;
+    --python) need "$@"; PY="$2"; shift 2 ;;
+    # The options with a value set the variable of the same name: --max_examples K
+    # sets MAX_EXAMPLES.
+    --np|--launcher|--controller|--epochs|--seed|--batch|--lr|--max_seq_length|\
+    --output_dir|--data_dir|--max_examples|--max_train_steps)
+      need "$@"; name="${1#--}"; printf -v "${name^^}" '%s' "$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) die "unknown option '$1'" ;;
   esac
