@@ -131,11 +131,13 @@ build_horovod() {
     log "horovod already built with TensorFlow, Gloo and MPI"
     return
   fi
-  log "building horovod==$HOROVOD_VERSION (a few minutes; pip caches the wheel)"
+  # A rebuild happens only when the installed one is broken: never from pip's cache.
+  log "building horovod==$HOROVOD_VERSION (a few minutes)"
   "$VENV/bin/python" -m pip uninstall -y -q horovod >/dev/null 2>&1 || true
   HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
   HOROVOD_WITHOUT_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 \
-    "$VENV/bin/python" -m pip install -q --no-build-isolation "horovod==$HOROVOD_VERSION"
+    "$VENV/bin/python" -m pip install -q --no-cache-dir --no-build-isolation \
+      "horovod==$HOROVOD_VERSION"
 }
 
 case "${1:-}" in
