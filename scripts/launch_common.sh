@@ -45,25 +45,39 @@ default_python() {
   if [ -x "$ROOT/.venv/bin/python" ]; then echo "$ROOT/.venv/bin/python"; else echo python3; fi
 }
 
-# `launch CMD...`: with DRY_RUN=1 prints the command and exits 0; otherwise
-# replaces this shell with it (so a signal sent to the script reaches the launcher).
+# `launch [--group] CMD...`: with DRY_RUN=1 prints the command and exits 0.
+# Otherwise replaces this shell with CMD, so that a signal sent to the script
+# reaches the launcher itself (mpirun, horovodrun over Gloo: each ends its ranks on
+# SIGINT, SIGTERM and SIGKILL). With --group, runs CMD with run_child instead and
+# exits with its status: for `horovodrun` over MPI, which replaces itself with
+# `/bin/sh -c "mpirun ..."`, so that a signal to its pid alone ends only the shell
+# and leaves mpirun and the ranks training.
 launch() {
+  local group=0 rc=0
+  if [ "${1:-}" = --group ]; then group=1; shift; fi
   if [ "${DRY_RUN:-0}" = 1 ]; then
     quote "$@"
     exit 0
   fi
   export PYTHONUNBUFFERED="${PYTHONUNBUFFERED:-1}"
-  exec "$@"
+  [ "$group" = 1 ] || exec "$@"
+  run_child "$@" || rc=$?
+  exit "$rc"
 }
 
-# `run_child CMD...`: runs CMD as a child and passes SIGINT and SIGTERM on to it
-# as SIGTERM (bash would otherwise end alone and leave the job running); returns
-# the child's exit status. For scripts that have more to do after the job.
+# `run_child CMD...`: runs CMD in a process group of its own and passes SIGINT and
+# SIGTERM on to that whole group as SIGTERM (bash would otherwise end alone and
+# leave the job running); returns CMD's exit status. SIGKILL cannot be passed on.
 run_child() {
   local child rc=0
-  "$@" &
+  if command -v setsid >/dev/null 2>&1; then
+    setsid -w "$@" &  # not a group leader, so setsid execs CMD: $! leads the group
+  else
+    "$@" &
+  fi
   child=$!
-  trap 'kill -TERM "$child" 2>/dev/null || true' INT TERM
+  trap 'kill -TERM -- "-$child" 2>/dev/null || kill -TERM "$child" 2>/dev/null || true' \
+    INT TERM
   wait "$child" || rc=$?
   while kill -0 "$child" 2>/dev/null; do  # woken by a signal: wait for the real end
     rc=0

@@ -27,6 +27,11 @@
 #
 # Every host needs the same python, horovod and repository paths, and SSH access
 # without a password from this host (not needed for localhost only).
+#
+# Ctrl-C or `kill` (SIGTERM) of this script ends every rank within seconds; the
+# same command again resumes from the last checkpoint. `kill -9` is passed on only
+# with --gloo (horovodrun then is this process); over MPI it leaves the job
+# running (README, "Stopping a job").
 set -euo pipefail
 # shellcheck source=scripts/launch_common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/launch_common.sh"
@@ -96,4 +101,6 @@ for nic in ${NICS[@]+"${NICS[@]}"}; do CMD+=(--network-interface "$nic"); done
 [ "$VERBOSE" = 0 ] || CMD+=(--verbose)
 CMD+=("$PYTHON" "$SCRIPT" "$@")
 
-launch "${CMD[@]}"
+# Horovod: over MPI (--mpi, or horovodrun's own choice where Horovod has MPI)
+# horovodrun execs `/bin/sh -c "mpirun ..."`; signals must reach its whole group.
+if [ "$CONTROLLER" = gloo ]; then launch "${CMD[@]}"; else launch --group "${CMD[@]}"; fi

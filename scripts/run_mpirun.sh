@@ -34,6 +34,9 @@
 # Every host needs the same python, horovod and repository paths. Without
 # --rsh_agent, Open MPI reaches remote hosts with ssh (without a password); inside
 # a Slurm allocation it starts them through Slurm by itself.
+#
+# Ctrl-C, `kill` or `kill -9` of this script (it becomes mpirun) ends every rank
+# within seconds; the same command again resumes from the last checkpoint.
 set -euo pipefail
 # shellcheck source=scripts/launch_common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/launch_common.sh"

@@ -112,9 +112,11 @@ def test_this_interpreter_passes_the_real_probe(tmp_path):
 
 def third_party_imports():
   """Top-level names imported by the product, scripts/ and data/ (not tests)."""
-  local = {os.path.splitext(n)[0] for n in os.listdir(ROOT) if n.endswith(".py")}
+  folders = (ROOT, os.path.join(ROOT, "scripts"), os.path.join(ROOT, "data"))
+  local = {os.path.splitext(n)[0] for folder in folders for n in os.listdir(folder)
+           if n.endswith(".py")}
   names = {}
-  for folder in (ROOT, os.path.join(ROOT, "scripts"), os.path.join(ROOT, "data")):
+  for folder in folders:
     for name in sorted(os.listdir(folder)):
       if not name.endswith(".py"):
         continue

@@ -1,11 +1,11 @@
 """Stopping a job: SIGINT, SIGTERM and SIGKILL of the launcher, then resuming.
 
 One 2-process job on the tiny task is started through scripts/run_horovodrun.sh
-(Gloo) or scripts/run_mpirun.sh and stopped three times by a signal sent to the
-launcher process alone (the scripts exec the launcher, so it is the process we
-started): SIGINT (Ctrl-C), SIGTERM (`kill`) and SIGKILL (`kill -9`). Each time
-every rank must be gone within seconds; each restart must resume from the last
-checkpoint, and the last one must finish the planned steps.
+(--gloo or --mpi) or scripts/run_mpirun.sh and stopped by a signal sent to the
+process we started alone: SIGINT (Ctrl-C), SIGTERM (`kill`) and, where the
+script is the launcher itself, SIGKILL (`kill -9`). Each time every rank must be
+gone within seconds; each restart must resume from the last checkpoint, and the
+last one must finish the planned steps.
 """
 
 import json
@@ -49,8 +49,9 @@ def ranks_of(out):
 def launcher_command(launcher, task, out):
   args = classifier_args(task, out, "--do_train", "--do_eval", "--train_batch_size=1",
                          "--num_train_epochs=30", "--save_checkpoints_steps=100")
-  if launcher == "horovodrun":
-    head = [os.path.join(SCRIPTS, "run_horovodrun.sh"), "--np", "2", "--gloo"]
+  if launcher.startswith("horovodrun"):
+    head = [os.path.join(SCRIPTS, "run_horovodrun.sh"), "--np", "2",
+            "--" + launcher.split("-")[1]]
   else:
     head = [os.path.join(SCRIPTS, "run_mpirun.sh"), "--np", "2", "--oversubscribe"]
   return ["bash"] + head + ["--python", sys.executable, "--"] + args
@@ -108,15 +109,22 @@ def stop_after_a_new_checkpoint(cmd, out, sig, log_path):
   return (int(resumed.group(1)) if resumed else None), stop_secs
 
 
-@pytest.mark.parametrize("launcher", [
-    pytest.param("horovodrun", marks=requires("horovodrun")),
-    pytest.param("mpirun", marks=[requires("horovodrun"), requires("mpirun")])])
-def test_signals_end_every_rank_and_the_job_resumes(tmp_path, launcher):
+WITH_MPI = [requires("horovodrun"), requires("mpirun")]
+
+
+# horovodrun over MPI execs `/bin/sh -c "mpirun ..."`: SIGKILL of that shell cannot
+# reach mpirun, so only SIGINT and SIGTERM are promised there (README says so).
+@pytest.mark.parametrize("launcher,signals", [
+    pytest.param("horovodrun-gloo", ("SIGINT", "SIGTERM", "SIGKILL"),
+                 marks=requires("horovodrun")),
+    pytest.param("horovodrun-mpi", ("SIGINT", "SIGTERM"), marks=WITH_MPI),
+    pytest.param("mpirun", ("SIGINT", "SIGTERM", "SIGKILL"), marks=WITH_MPI)])
+def test_signals_end_every_rank_and_the_job_resumes(tmp_path, launcher, signals):
   task = write_task(str(tmp_path / "task"))
   out = str(tmp_path / "out")
   cmd = launcher_command(launcher, task, out)
   report = []
-  for n, sig in enumerate((signal.SIGINT, signal.SIGTERM, signal.SIGKILL)):
+  for n, sig in enumerate(getattr(signal, name) for name in signals):
     saved = max(checkpoint_steps(out) or [0])
     resumed, secs = stop_after_a_new_checkpoint(cmd, out, sig, str(tmp_path / ("log%d" % n)))
     if n:  # the restart resumed from the checkpoint the stopped run left
