@@ -131,7 +131,7 @@ build_horovod() {
     log "horovod already built with TensorFlow, Gloo and MPI"
     return
   fi
-  # A rebuild happens only when the installed one is broken: never from pip's cache.
+  # Built when missing or broken, never from pip's cache (a stale wheel).
   log "building horovod==$HOROVOD_VERSION (a few minutes)"
   "$VENV/bin/python" -m pip uninstall -y -q horovod >/dev/null 2>&1 || true
   HOROVOD_WITH_TENSORFLOW=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITH_MPI=1 \
