@@ -7,9 +7,10 @@
 #   bash scripts/setup.sh --check_python   # only say which Python would be used
 #   HOROVOD_GPU_OPERATIONS=NCCL TF_PACKAGE="tensorflow[and-cuda]==2.15.1" VENV=.venv-gpu bash scripts/setup.sh
 #
-# Python 3.9, 3.10 or 3.11 is needed (TensorFlow 2.15.1 has wheels for these only).
-# The first that fits of: $PYTHON, python3.11, python3.10, python3.9, python3.
-# Nothing is installed or created when none fits.
+# Python 3.9, 3.10 or 3.11 is needed (TensorFlow 2.15.1 has wheels for these only):
+# $PYTHON when set, else the first that fits of python3.11, python3.10, python3.9,
+# python3 (an existing $VENV keeps its own). Nothing is installed or created when
+# none fits; the error says how to get one.
 #
 # Environment: PYTHON (the interpreter for the venv), VENV (default .venv at the
 # repository root), TF_PACKAGE (default tensorflow-cpu==2.15.1), WITH_DEV=1 to add
