@@ -140,19 +140,43 @@ def third_party_imports():
 # Import name -> the requirement that provides it (absl-py and tensorflow-estimator
 # come with TensorFlow; horovod is built by setup.sh).
 PROVIDERS = {"tensorflow": "tensorflow-cpu", "absl": "tensorflow-cpu",
-             "tensorflow_estimator": "tensorflow-cpu", "horovod": None}
+             "tensorflow_estimator": "tensorflow-cpu", "sklearn": "scikit-learn",
+             "horovod": None}
+
+
+def read_pins(name):
+  """{requirement: version} of a requirements file at the repository root."""
+  with open(os.path.join(ROOT, name)) as f:
+    return dict(line.strip().split("==") for line in f
+                if line.strip() and not line.startswith("#"))
 
 
 def test_every_imported_package_is_pinned_in_requirements():
-  with open(os.path.join(ROOT, "requirements.txt")) as f:
-    pinned = dict(line.strip().split("==") for line in f
-                  if line.strip() and not line.startswith("#"))
+  """What setup.sh installs (requirements.txt) or, for optional tools, what they
+  name in their error (requirements-extra.txt)."""
+  pinned, extra = read_pins("requirements.txt"), read_pins("requirements-extra.txt")
   imports = third_party_imports()
   assert "safetensors" in imports  # scripts/convert_hf_checkpoint.py
   for module, where in sorted(imports.items()):
     requirement = PROVIDERS.get(module, module)
     if requirement is None:
       continue
-    assert requirement in pinned, (
+    assert requirement in pinned or requirement in extra, (
         "%s imports %s, which requirements.txt (what scripts/setup.sh installs) lacks"
         % (where, module))
+
+
+def test_missing_optional_dependency_is_one_line(tmp_path):
+  """data/baseline_ngram.py without scikit-learn: one line naming what to install."""
+  for part in ("train", "dev", "test"):
+    (tmp_path / (part + ".tsv")).write_text("1\tgood\n0\tbad\n")
+  blocker = ("import runpy, sys; sys.modules['sklearn'] = None; "
+             "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+  proc = subprocess.run([sys.executable, "-c", blocker,
+                         os.path.join(ROOT, "data", "baseline_ngram.py"),
+                         "--data_dir", str(tmp_path)],
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert proc.stderr.splitlines() == [
+      "baseline_ngram.py: error: needs scikit-learn, an optional dependency: install it "
+      "with `pip install -r requirements-extra.txt`"], proc.stderr[-2000:]
