@@ -114,6 +114,8 @@ install_python_packages() {
   grep -v -E '^tensorflow(-cpu)?==' "$ROOT/requirements.txt" > "$reqs"
   "$VENV/bin/python" -m pip install -q "$TF_PACKAGE" -r "$reqs"
   rm -f "$reqs"
+  # The n-gram baseline the demos print (scikit-learn).
+  "$VENV/bin/python" -m pip install -q -r "$ROOT/requirements-extra.txt"
   if [ "${WITH_DEV:-0}" = "1" ]; then
     "$VENV/bin/python" -m pip install -q -r "$ROOT/requirements-dev.txt"
   fi
