@@ -1,0 +1,176 @@
+"""Distributed correctness (issue 12): each test fails on the code before its fix.
+
+Multi-process tests really launch horovodrun on a tiny BERT (or a tiny linear
+model); the timeouts only guard against hangs.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import (ROOT, classifier_args, launcher_prefix, requires, run_job,
+                      tiny_config, write_task)
+from test_distributed import assert_ok, make_init_checkpoint, trained_weights
+
+tf1 = tf.compat.v1
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def run_script(args, timeout=240, env=None):
+  """Runs `python args...` in the repository root; returns the CompletedProcess."""
+  return subprocess.run([sys.executable] + list(args), cwd=ROOT, capture_output=True,
+                        text=True, timeout=timeout,
+                        env=dict(os.environ, PYTHONUNBUFFERED="1", **(env or {})))
+
+
+def assert_bad_input_on_every_rank(proc, message, elapsed):
+  """Both ranks print `message` in one line, exit 2 (not a traceback), promptly."""
+  output = proc.stdout + proc.stderr
+  assert proc.returncode != 0, output[-3000:]
+  lines = [l for l in output.splitlines() if message in l]
+  assert {l[:3] for l in lines} >= {"[0]", "[1]"}, output[-4000:]
+  # horovodrun exits 1 and names the exit status of the first rank to end.
+  assert "Exit code: 2" in output, output[-4000:]
+  # No rank dies with a traceback (horovodrun prints its own after any failure).
+  assert not [l for l in output.splitlines() if l[3:].startswith("<stderr>:Traceback")], (
+      output[-4000:])
+  assert elapsed < 90, elapsed
+
+
+# --- 2. Dynamic loss scaling with gradient accumulation -----------------------
+
+@requires("horovodrun")
+def test_loss_scale_changes_only_on_apply_steps_and_alike_on_all_ranks(tmp_path):
+  """Bug 2: an overflow on one rank's micro-step halved only that rank's scale."""
+  out = str(tmp_path)
+  # Micro-steps 0..5 with k = 2: updates after steps 1, 3, 5. Rank 1 overflows on
+  # step 2 (a step that only accumulates).
+  proc = subprocess.run(
+      launcher_prefix("horovodrun", 2) + [os.path.join(TESTS, "loss_scale_worker.py"),
+                                          out, "2", "1"],
+      cwd=ROOT, capture_output=True, text=True, timeout=240)
+  assert_ok(proc)
+  ranks = [json.load(open(os.path.join(out, "%d.json" % r))) for r in (0, 1)]
+  scales = [[h["scale"] for h in hist] for hist in ranks]
+  assert scales[0] == scales[1], "ranks' loss scales drifted apart: %s" % scales
+  s = 2.0 ** 15
+  assert scales[0] == [s, s, s, s / 2, s / 2, s / 2], scales
+  # The good-step counter counts optimizer updates, not micro-steps.
+  assert [h["good_steps"] for h in ranks[0]] == [0, 1, 1, 0, 0, 1]
+  for r in (0, 1):
+    w = [h["w"] for h in ranks[r]]
+    assert w[1] != w[0]                  # updated at the first apply step
+    assert w[2] == w[1] and w[3] == w[1]  # the window with inf was skipped
+    assert w[4] == w[3] and w[5] != w[3]  # and training went on
+    assert [h["global_step"] for h in ranks[r]] == [1, 2, 3, 4, 5, 6]
+  assert [h["w"] for h in ranks[0]] == [h["w"] for h in ranks[1]]
+
+
+# --- 3 and the options that must act: XLA and mixed precision ------------------
+
+@pytest.fixture(scope="module")
+def speed_dir(tmp_path_factory):
+  base = tmp_path_factory.mktemp("correct_speed")
+  task = write_task(str(base / "task"), n_train=48, dropout=0.0)
+  init = make_init_checkpoint(str(base / "init"), tiny_config(dropout=0.0))
+  return str(base), task, init
+
+
+def train_once(speed_dir, name, *extra, env=None):
+  """Trains 6 steps of batch 8 from the shared initial checkpoint; returns (dir, proc)."""
+  base, task, init = speed_dir
+  out = os.path.join(base, name)
+  proc = run_script([os.path.join(ROOT, "run_classifier.py")] + classifier_args(
+      task, out, "--do_train", "--train_shuffle_buffer=0", "--train_batch_size=8",
+      "--max_train_steps=6", "--init_checkpoint=" + init, *extra), env=env)
+  assert_ok(proc)
+  return out, proc
+
+
+def max_weight_difference(a, b):
+  wa, wb = trained_weights(a), trained_weights(b)
+  assert sorted(wa) == sorted(wb)
+  return max(float(np.max(np.abs(wa[n] - wb[n]))) for n in wa)
+
+
+def graph_dtypes(out_dir, op_types):
+  """dtype attributes (`T`) of the ops of `op_types` in the Estimator's graph.pbtxt."""
+  from google.protobuf import text_format
+  graph = tf1.GraphDef()
+  with open(os.path.join(out_dir, "graph.pbtxt")) as f:
+    text_format.Parse(f.read(), graph)
+  return {tf.as_dtype(n.attr["T"].type).name for n in graph.node if n.op in op_types}
+
+
+def test_amp_computes_matmuls_in_bfloat16_on_cpu(speed_dir):
+  """The AMP test passed when --use_amp left every matmul in float32."""
+  import run_classifier
+  if not run_classifier.cpu_supports_bfloat16():
+    pytest.skip("this CPU has no bfloat16 instructions (the refusal is tested elsewhere)")
+  plain, _ = train_once(speed_dir, "plain_amp_ref")
+  amp, _ = train_once(speed_dir, "amp", "--use_amp")
+  assert graph_dtypes(plain, ("MatMul", "BatchMatMulV2")) == {"float32"}
+  assert "bfloat16" in graph_dtypes(amp, ("MatMul", "BatchMatMulV2"))
+  diff = max_weight_difference(plain, amp)
+  assert 0.0 < diff < 2e-2, diff
+
+
+# --- Sum or average: a scale-sensitive equivalence -----------------------------
+
+def first_summaries(out_dir):
+  """{tag: value} of the first step rank 0 wrote TensorBoard scalars for."""
+  values = {}
+  for name in sorted(os.listdir(out_dir)):
+    if name.startswith("events.out.tfevents"):
+      for event in tf1.train.summary_iterator(os.path.join(out_dir, name)):
+        for v in event.summary.value:
+          values.setdefault((event.step, v.tag), v.simple_value)
+  first = min(step for step, _ in values)
+  return {tag: value for (step, tag), value in values.items() if step == first}
+
+
+@requires("horovodrun")
+def test_two_processes_average_gradients_with_learning_rate_scaling(tmp_path):
+  """2 x batch 4 at rate r/2 (scaled x2) = 1 x batch 8 at rate r: same weights, and
+  the same gradient norm: Adam and clipping hide a sum, the norm does not."""
+  task = write_task(str(tmp_path / "task"), n_train=96, dropout=0.0)
+  init = make_init_checkpoint(str(tmp_path / "init"), tiny_config(dropout=0.0))
+  common = ["--do_train", "--train_shuffle_buffer=0", "--seed=3", "--num_train_epochs=1",
+            "--init_checkpoint=" + init, "--scale_learning_rate=true"]
+  one, two = str(tmp_path / "one"), str(tmp_path / "two")
+  assert_ok(run_job("python", 1, classifier_args(
+      task, one, "--train_batch_size=8", "--learning_rate=1e-3", *common)))
+  assert_ok(run_job("horovodrun", 2, classifier_args(
+      task, two, "--train_batch_size=4", "--learning_rate=5e-4", *common)))
+  s1, s2 = first_summaries(one), first_summaries(two)
+  np.testing.assert_allclose(s2["learning_rate"], s1["learning_rate"], rtol=1e-6)
+  np.testing.assert_allclose(s2["grad_global_norm"], s1["grad_global_norm"], rtol=1e-4)
+  w1, w2 = trained_weights(one), trained_weights(two)
+  for name in w1:
+    np.testing.assert_allclose(w2[name], w1[name], rtol=1e-4, atol=2e-5, err_msg=name)
+
+
+@requires("horovodrun")
+def test_accumulated_gradients_are_averaged_over_micro_batches_and_ranks(tmp_path):
+  """2 processes x k = 2 micro-batches of 2: the norm at each update is the norm of
+  the mean gradient of all 8 examples, and the rate is scaled by the processes."""
+  out = str(tmp_path)
+  proc = subprocess.run(
+      launcher_prefix("horovodrun", 2) + [os.path.join(TESTS, "grad_scale_worker.py"),
+                                          out],
+      cwd=ROOT, capture_output=True, text=True, timeout=240)
+  assert_ok(proc)
+  for rank in (0, 1):
+    got = json.load(open(os.path.join(out, "%d.json" % rank)))
+    for update in got["updates"]:
+      np.testing.assert_allclose(update["grad_norm"], update["expected_norm"], rtol=1e-5)
+      np.testing.assert_allclose(update["learning_rate"], 2 * update["schedule_rate"],
+                                 rtol=1e-6)
+    assert len(got["updates"]) == 2
