@@ -116,7 +116,8 @@ class Runtime(object):
 
   Attributes:
     rank, size, local_rank, local_size, cross_rank: ints (Horovod's placement).
-    gpu_available: bool, a GPU is visible (this process uses GPU `local_rank`).
+    gpu_available: bool, a GPU is visible (this process uses GPU `local_rank`,
+      the only one it sees: see `pin_gpu`).
     threads: int, intra-op CPU threads of this process (0 with a GPU).
     session_config: the tf.compat.v1.ConfigProto to give the Estimator.
     placement: dict of the five placement ints (for train_state.json).
@@ -166,6 +167,10 @@ def init(cycle_time_ms=0.0, intra_op_threads=0, inter_op_threads=2,
   os.environ.update(mpi_cpu_host_env(os.environ, gpu_available))
   # Horovod: initialize Horovod before anything else.
   hvd.init()
+  # One GPU per process, pinned before any eager op (an object collective, the
+  # Estimator) maps GPU:0 for good.
+  # Horovod: the process's rank on this host picks its GPU.
+  pin_gpu(hvd.local_rank())
   # TensorFlow's thread pools are per process and made once, at the first op:
   # size them before any op runs.
   # Horovod: processes on one host share its cores.
@@ -187,8 +192,8 @@ def init(cycle_time_ms=0.0, intra_op_threads=0, inter_op_threads=2,
       rank=rank, size=size, local_rank=local_rank, local_size=local_size,
       cross_rank=cross_rank, gpu_available=gpu_available,
       threads=0 if gpu_available else threads,
-      session_config=make_session_config(gpu_available, local_rank, threads,
-                                         inter_op_threads, use_xla))
+      session_config=make_session_config(gpu_available, threads, inter_op_threads,
+                                         use_xla))
 
 
 def configure_logging(rank):
@@ -246,16 +251,35 @@ def mpi_cpu_host_env(environ, gpu_available):
   return {"OMPI_MCA_mpi_yield_when_idle": "1"}
 
 
-def make_session_config(gpu_available, local_rank, intra_op_threads, inter_op_threads,
+def pin_gpu(local_rank):
+  """Makes GPU `local_rank` of this host the only GPU this process sees.
+
+  Horovod's TensorFlow 2 recipe. It must run before TensorFlow starts its runtime
+  (the first eager op, e.g. `hvd.broadcast_object`, or an Estimator): from then
+  on every process would map GPU:0 to physical GPU 0, and a session's
+  `visible_device_list` can no longer move it. Memory grows as needed.
+
+  Returns:
+    The pinned `tf.config.PhysicalDevice`, or None on a host without GPUs.
+  """
+  gpus = tf.config.list_physical_devices("GPU")
+  if not gpus:
+    return None
+  # More processes than GPUs on a host: they share them round-robin.
+  gpu = gpus[local_rank % len(gpus)]
+  tf.config.experimental.set_memory_growth(gpu, True)
+  tf.config.set_visible_devices(gpu, "GPU")
+  return gpu
+
+
+def make_session_config(gpu_available, intra_op_threads, inter_op_threads,
                         use_xla=False):
-  """The tf.compat.v1.ConfigProto of one process."""
+  """The tf.compat.v1.ConfigProto of one process (`pin_gpu` chose its GPU)."""
   config = tf1.ConfigProto()
   if use_xla:
     config.graph_options.optimizer_options.global_jit_level = tf1.OptimizerOptions.ON_1
   if gpu_available:
     config.gpu_options.allow_growth = True
-    # Horovod: pin one GPU to each process, by its rank on this host.
-    config.gpu_options.visible_device_list = str(local_rank)
   else:
     # Horovod: processes on one host share its cores; oversubscribing them is slow.
     config.intra_op_parallelism_threads = intra_op_threads

@@ -44,6 +44,86 @@ def assert_bad_input_on_every_rank(proc, message, elapsed):
   assert elapsed < 90, elapsed
 
 
+# --- 1. GPU pinning -----------------------------------------------------------
+
+PINNING_DRIVER = r"""
+import json, sys
+import tensorflow as tf
+from tensorflow.python.eager import context
+from distributed import hvd
+
+events = []
+gpus = [tf.config.PhysicalDevice("/physical_device:GPU:%d" % i, "GPU") for i in range(4)]
+real_list = tf.config.list_physical_devices
+
+
+def list_devices(device_type=None):
+  return list(gpus) if device_type == "GPU" else real_list(device_type)
+
+
+def set_visible(devices, device_type=None):
+  if isinstance(devices, tf.config.PhysicalDevice):
+    devices = [devices]
+  events.append(["visible", [d.name for d in devices], device_type,
+                 context.context()._context_handle is not None])
+
+
+def set_growth(device, enable):
+  events.append(["memory_growth", device.name, enable])
+
+
+class Stop(Exception):
+  pass
+
+
+def collective(name):
+  def call(*args, **kwargs):
+    events.append([name])
+    raise Stop()
+  return call
+
+
+for module in (tf.config, tf.config.experimental):
+  module.list_physical_devices = list_devices
+  module.set_visible_devices = set_visible
+tf.config.experimental.set_memory_growth = set_growth
+# Process 2 of 4 on this host (4 fake GPUs): it must take GPU 2.
+hvd.init = lambda *a, **k: events.append(["init"])
+hvd.rank = hvd.local_rank = lambda: 2
+hvd.size = hvd.local_size = lambda: 4
+hvd.cross_rank = lambda: 0
+hvd.cross_size = lambda: 1
+for name in ("allgather_object", "broadcast_object", "allgather", "allreduce",
+             "broadcast", "broadcast_variables", "join"):
+  setattr(hvd, name, collective(name))
+
+import run_classifier
+run_classifier.FLAGS(sys.argv)
+try:
+  run_classifier.main([sys.argv[0]])
+except (Stop, SystemExit):
+  pass
+print("EVENTS " + json.dumps(events))
+"""
+
+
+def test_gpu_is_pinned_to_local_rank_before_the_first_collective(tiny_task, tmp_path):
+  """Bug 1: pinning only through the session config came after eager collectives."""
+  proc = run_script(["-c", PINNING_DRIVER] + classifier_args(
+      tiny_task, str(tmp_path / "out"), "--do_train", "--train_batch_size=4"))
+  lines = [l for l in proc.stdout.splitlines() if l.startswith("EVENTS ")]
+  assert lines, proc.stdout[-2000:] + proc.stderr[-4000:]
+  events = json.loads(lines[0][len("EVENTS "):])
+  names = [e[0] for e in events]
+  assert "visible" in names, "no tf.config.set_visible_devices call: %s" % events
+  first_collective = min(i for i, n in enumerate(names)
+                         if n not in ("init", "visible", "memory_growth"))
+  visible = names.index("visible")
+  assert names.index("init") < visible < first_collective, events
+  assert events[visible][1:] == [["/physical_device:GPU:2"], "GPU", False], events
+  assert ["memory_growth", "/physical_device:GPU:2", True] in events[:first_collective]
+
+
 # --- 2. Dynamic loss scaling with gradient accumulation -----------------------
 
 @requires("horovodrun")

@@ -78,7 +78,7 @@ def runtime(rank, size):
   return distributed.Runtime(rank=rank, size=size, local_rank=rank, local_size=size,
                              cross_rank=0, gpu_available=False, threads=1,
                              session_config=distributed.make_session_config(
-                                 False, rank, 1, 2))
+                                 False, 1, 2))
 
 
 def test_only_rank_zero_saves_checkpoints_and_writes_metrics(tmp_path):
