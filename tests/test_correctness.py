@@ -180,6 +180,17 @@ def max_weight_difference(a, b):
   return max(float(np.max(np.abs(wa[n] - wb[n]))) for n in wa)
 
 
+def test_use_xla_compiles_on_cpu(speed_dir, monkeypatch):
+  """Bug 3: TF_XLA_FLAGS was set after TensorFlow had read it: XLA never ran."""
+  monkeypatch.delenv("TF_XLA_FLAGS", raising=False)
+  plain, _ = train_once(speed_dir, "plain")
+  xla, proc = train_once(speed_dir, "xla", "--use_xla", env={"TF_CPP_MIN_LOG_LEVEL": "0"})
+  assert "Compiled cluster using XLA" in proc.stderr, proc.stderr[-3000:]
+  # XLA's fused kernels round differently: the same training, not the same bits.
+  diff = max_weight_difference(plain, xla)
+  assert 0.0 < diff < 1e-3, diff
+
+
 def graph_dtypes(out_dir, op_types):
   """dtype attributes (`T`) of the ops of `op_types` in the Estimator's graph.pbtxt."""
   from google.protobuf import text_format
