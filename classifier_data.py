@@ -388,11 +388,13 @@ def _features_to_tf_example(feature):
 
 
 def file_based_input_fn_builder(input_file, seq_length, batch_size, is_training,
-                                shuffle_buffer=0, seed=None):
+                                shuffle_buffer=0, seed=None, skip_examples=0):
   """Creates an `input_fn` over a TFRecord file.
 
   Training input repeats forever (the step count, identical on every rank, ends
   training) and drops the remainder so every batch has `batch_size` examples.
+  It starts `skip_examples` into that (shuffled) stream: where a resumed run
+  would have been had it not stopped.
 
   Returns:
     input_fn() -> tf.data.Dataset of dicts of int32 Tensors of shape
@@ -418,6 +420,8 @@ def file_based_input_fn_builder(input_file, seq_length, batch_size, is_training,
       d = d.repeat()
       if shuffle_buffer > 0:
         d = d.shuffle(buffer_size=shuffle_buffer, seed=seed)
+      if skip_examples:
+        d = d.skip(skip_examples)
     d = d.batch(batch_size, drop_remainder=is_training)
     # Parsing a batch takes about a millisecond; prefetch's thread does it while
     # the model computes. No autotuning: its background thread sleeps for up to

@@ -495,6 +495,28 @@ def make_run_config(runtime, output_dir, work_dir, seed, save_checkpoints_steps,
   return tf_estimator.estimator.RunConfig(**config)
 
 
+def checkpoint_interval(save_checkpoints_steps, accumulation_steps):
+  """`save_checkpoints_steps` rounded up to a multiple of `accumulation_steps`.
+
+  Horovod keeps a window's accumulated gradients in local variables that no
+  checkpoint holds: a checkpoint inside a window would resume with a new window,
+  shifting every later update. At multiples of k it falls between two updates.
+  """
+  k = max(1, accumulation_steps)
+  return -(-save_checkpoints_steps // k) * k
+
+
+def resume_position(start_step, per_process_batch, shard_size, shuffle_buffer):
+  """Examples of this rank's training stream that steps before `start_step` used.
+
+  A resumed run skips them, so it sees what an uninterrupted run would have seen.
+  Without a shuffle buffer the stream is the shard over and over: only the part
+  of the current epoch is skipped (the same position, less reading).
+  """
+  used = start_step * per_process_batch
+  return used % shard_size if shuffle_buffer <= 0 else used
+
+
 def shard_examples(examples, seed, rank, size):
   """One seeded shuffle of all examples (same on every rank), then every size-th.
 

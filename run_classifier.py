@@ -281,6 +281,15 @@ def setup(flags_obj, runtime):
                        "--train_batch_size or raise --num_train_epochs" %
                        (len(train_examples), flags_obj.train_batch_size, size))
 
+  save_checkpoints_steps = distributed.checkpoint_interval(
+      flags_obj.save_checkpoints_steps, flags_obj.gradient_accumulation_steps)
+  if flags_obj.do_train and save_checkpoints_steps != flags_obj.save_checkpoints_steps:
+    LOG.info("--save_checkpoints_steps=%d rounded up to %d, a multiple of "
+             "--gradient_accumulation_steps=%d (accumulated gradients are not in "
+             "checkpoints, so checkpoints fall between updates)",
+             flags_obj.save_checkpoints_steps, save_checkpoints_steps,
+             flags_obj.gradient_accumulation_steps)
+
   return RunPlan(
       runtime=runtime, rank=rank, size=size, output_dir=flags_obj.output_dir,
       work_dir=distributed.work_dir_of(flags_obj.output_dir, rank),
@@ -299,7 +308,7 @@ def setup(flags_obj, runtime):
       scale_learning_rate=flags_obj.scale_learning_rate, seed=flags_obj.seed,
       shuffle_buffer=flags_obj.train_shuffle_buffer,
       init_checkpoint=flags_obj.init_checkpoint,
-      save_checkpoints_steps=flags_obj.save_checkpoints_steps,
+      save_checkpoints_steps=save_checkpoints_steps,
       keep_checkpoint_max=flags_obj.keep_checkpoint_max,
       log_every_secs=flags_obj.log_every_secs,
       compute_type=distributed.choose_compute_type(flags_obj.use_amp,
@@ -368,11 +377,19 @@ def train(plan):
   if start_step >= plan.num_train_steps:
     LOG.info("training already finished at step %d; skipping", start_step)
     return
+  if start_step % k:
+    # Every rank knows start_step, so every rank stops here alike.
+    distributed.fail(
+        "%s: checkpoint at step %d is not a multiple of --gradient_accumulation_steps=%d "
+        "(saved by a run with other settings); resume with those settings or use a "
+        "new --output_dir" % (plan.output_dir, start_step, k), EXIT_BAD_INPUT)
   estimator = make_estimator(plan)
   input_fn = classifier_data.file_based_input_fn_builder(
       train_file, plan.max_seq_length, plan.per_process_batch, is_training=True,
       # Horovod: a seed per rank, so the ranks' shuffle buffers differ.
-      shuffle_buffer=plan.shuffle_buffer, seed=plan.seed + plan.rank)
+      shuffle_buffer=plan.shuffle_buffer, seed=plan.seed + plan.rank,
+      skip_examples=distributed.resume_position(start_step, plan.per_process_batch,
+                                                len(shard), plan.shuffle_buffer))
   # Horovod: every rank starts from rank 0's weights (random or init_checkpoint).
   estimator.train(input_fn=input_fn, max_steps=plan.num_train_steps,
                   hooks=distributed.broadcast_hooks())

@@ -213,6 +213,80 @@ def test_amp_computes_matmuls_in_bfloat16_on_cpu(speed_dir):
   assert 0.0 < diff < 2e-2, diff
 
 
+# --- 4 and 5. Resume continues the data where the checkpoint left it ----------
+
+def checkpoint_steps(out):
+  return sorted(int(n[len("model.ckpt-"):-len(".index")]) for n in os.listdir(out)
+                if n.startswith("model.ckpt-") and n.endswith(".index"))
+
+
+def cut_back_to_checkpoint(out, step):
+  """Makes `out` look like a job that died right after saving checkpoint `step`."""
+  for s in checkpoint_steps(out):
+    if s > step:
+      for name in os.listdir(out):
+        if name.startswith("model.ckpt-%d." % s):
+          os.remove(os.path.join(out, name))
+  with open(os.path.join(out, "checkpoint"), "w") as f:
+    f.write('model_checkpoint_path: "model.ckpt-%d"\n' % step)
+
+
+@requires("horovodrun")
+@pytest.mark.parametrize("accumulation, save_every", [(1, 5), (2, 3)],
+                         ids=["no_accumulation", "accumulation_2"])
+def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(
+    tmp_path, accumulation, save_every):
+  """Bug 4: a restart replayed each shard from its start. Bug 5: with k = 2 a
+  checkpoint at an odd step shifted Horovod's accumulation windows."""
+  # 42 examples, shards of 21, batch 2 per process: an epoch is not a whole number
+  # of batches, so replaying the data changes what the remaining steps see.
+  task = write_task(str(tmp_path / "task"), n_train=42, dropout=0.0)
+  init = make_init_checkpoint(str(tmp_path / "init"), tiny_config(dropout=0.0))
+  whole = str(tmp_path / "whole")
+  args = ["--do_train", "--train_shuffle_buffer=0", "--seed=3", "--train_batch_size=2",
+          "--num_train_epochs=3", "--init_checkpoint=" + init, "--keep_checkpoint_max=50",
+          "--save_checkpoints_steps=%d" % save_every,
+          "--gradient_accumulation_steps=%d" % accumulation]
+  first = run_job("horovodrun", 2, classifier_args(task, whole, *args))
+  assert_ok(first)
+  total = 31 - 31 % accumulation  # int(42 / (2 x 2) x 3) micro-steps
+  steps = checkpoint_steps(whole)
+  assert steps[-1] == total
+  if accumulation > 1:
+    off = [s for s in steps if s % accumulation]
+    assert not off, ("checkpoints at steps %s, not multiples of "
+                     "--gradient_accumulation_steps=%d" % (off, accumulation))
+    assert "--save_checkpoints_steps=%d" % save_every in first.stderr
+  resume_at = [s for s in steps if 0 < s < total][0]
+  cut = str(tmp_path / "cut")
+  shutil.copytree(whole, cut)
+  cut_back_to_checkpoint(cut, resume_at)
+  second = run_job("horovodrun", 2, classifier_args(task, cut, *args))
+  assert_ok(second)
+  assert "starting at step %d" % resume_at in second.stderr
+  w_whole, w_cut = trained_weights(whole), trained_weights(cut)
+  for name in w_whole:
+    np.testing.assert_allclose(w_cut[name], w_whole[name], rtol=1e-5, atol=1e-7,
+                               err_msg="%s after resuming at step %d" % (name, resume_at))
+
+
+@requires("horovodrun")
+def test_resume_from_checkpoint_inside_an_accumulation_window_is_refused(tmp_path):
+  """Bug 5: a checkpoint whose step is not a multiple of k (saved by a run with
+  another k) would silently shift every later update window."""
+  task = write_task(str(tmp_path / "task"), n_train=42, dropout=0.0)
+  out = str(tmp_path / "out")
+  common = ["--do_train", "--train_batch_size=2", "--num_train_epochs=1"]
+  assert_ok(run_job("horovodrun", 2, classifier_args(task, out, "--max_train_steps=3",
+                                                     *common)))
+  start = time.time()
+  proc = run_job("horovodrun", 2, classifier_args(
+      task, out, "--gradient_accumulation_steps=2", *common), timeout=120)
+  assert_bad_input_on_every_rank(
+      proc, "checkpoint at step 3 is not a multiple of --gradient_accumulation_steps=2",
+      time.time() - start)
+
+
 # --- Sum or average: a scale-sensitive equivalence -----------------------------
 
 def first_summaries(out_dir):
