@@ -238,13 +238,14 @@ class XnliProcessor(DataProcessor):
   """Processor for the XNLI data set (Chinese by default, as in Google's script)."""
 
   language = "zh"
+  train_file = "multinli/multinli.train.%s.tsv" % language
+  dev_file = "xnli.dev.tsv"
 
   def get_labels(self, data_dir=None, train_examples=None):
     return ["contradiction", "entailment", "neutral"]
 
   def get_train_examples(self, data_dir):
-    rows = self._read_tsv(os.path.join(data_dir, "multinli"),
-                          "multinli.train.%s.tsv" % self.language)
+    rows = self._read_tsv(data_dir, self.train_file)
     examples = []
     for i, row in enumerate(rows):
       if i == 0:
@@ -257,7 +258,7 @@ class XnliProcessor(DataProcessor):
     return examples
 
   def get_dev_examples(self, data_dir):
-    rows = self._read_tsv(data_dir, "xnli.dev.tsv")
+    rows = self._read_tsv(data_dir, self.dev_file)
     examples = []
     for i, row in enumerate(rows):
       if i == 0 or self._field(row, 0) != self.language:
@@ -453,10 +454,10 @@ def read_label_list(path):
   return labels
 
 
-def check_labels(examples, label_list):
-  """Raises InputError naming the first example whose label is not in `label_list`."""
+def check_labels(examples, label_list, path):
+  """Raises InputError naming `path` and its first example whose label is unknown."""
   known = set(label_list)
   for ex in examples:
     if ex.label not in known:
-      raise InputError("%s: label %r is not among the training labels %s" %
-                       (ex.guid, ex.label, label_list))
+      raise InputError("%s: %s: label %r is not among the training labels %s" %
+                       (path, ex.guid, ex.label, label_list))

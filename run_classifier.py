@@ -257,15 +257,29 @@ def setup(flags_obj, runtime):
     label_list = classifier_data.read_label_list(label_list_path)
   else:
     label_list = processor.get_labels(flags_obj.data_dir)
+  if train_examples is not None:
+    train_path = os.path.join(flags_obj.data_dir, processor.train_file)
+    # Every split's labels are checked here, before any collective: a bad label
+    # found in train() would end one rank alone, mid-training.
+    classifier_data.check_labels(train_examples, label_list, train_path)
+    # Horovod: every rank needs a non-empty shard; an empty one would stop at once
+    # and leave the others waiting in their first allreduce.
+    if len(train_examples) < size:
+      raise InputError("%s: %d training example%s for %d processes; every process "
+                       "needs at least one (start fewer processes)" %
+                       (train_path, len(train_examples),
+                        "" if len(train_examples) == 1 else "s", size))
 
   eval_examples = predict_examples = None
   # Horovod: evaluation and prediction run on rank 0 only.
   if flags_obj.do_eval and rank == 0:
     eval_examples = processor.get_dev_examples(flags_obj.data_dir)
-    classifier_data.check_labels(eval_examples, label_list)
+    classifier_data.check_labels(eval_examples, label_list,
+                                 os.path.join(flags_obj.data_dir, processor.dev_file))
   if flags_obj.do_predict and rank == 0:
     predict_examples = processor.get_test_examples(flags_obj.data_dir)
-    classifier_data.check_labels(predict_examples, label_list)
+    classifier_data.check_labels(predict_examples, label_list,
+                                 os.path.join(flags_obj.data_dir, processor.test_file))
   # Horovod: only rank 0 reads the initial checkpoint; the broadcast copies it.
   if flags_obj.init_checkpoint and rank == 0:
     check_checkpoint_matches(flags_obj.init_checkpoint, bert_config, len(label_list))

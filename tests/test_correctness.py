@@ -287,6 +287,54 @@ def test_resume_from_checkpoint_inside_an_accumulation_window_is_refused(tmp_pat
       time.time() - start)
 
 
+# --- 6 and 7. Bad inputs found before any collective --------------------------
+
+def write_cola_task(folder, bad_train_label=None):
+  """A CoLA-format task (source, label, mark, sentence; no header) in `folder`."""
+  write_task(folder, n_train=0, n_dev=0, n_test=0)
+  rows = [("1", "good movie"), ("0", "bad food"), ("1", "nice the movie"),
+          ("0", "awful sad food")] * 5
+  with open(os.path.join(folder, "train.tsv"), "w") as f:
+    for i, (label, text) in enumerate(rows):
+      if bad_train_label is not None and i == 13:
+        label = bad_train_label
+      f.write("src\t%s\t\t%s\n" % (label, text))
+  with open(os.path.join(folder, "dev.tsv"), "w") as f:
+    f.writelines("src\t%s\t\t%s\n" % r for r in rows[:4])
+  with open(os.path.join(folder, "test.tsv"), "w") as f:
+    f.write("index\tsentence\n")
+    f.writelines("%d\t%s\n" % (i, r[1]) for i, r in enumerate(rows[:4]))
+  return folder
+
+
+@requires("horovodrun")
+def test_unknown_training_label_fails_fast_on_every_rank(tmp_path):
+  """Bug 6: only dev/test labels were checked up front; a bad training label
+  raised inside train() on one rank (traceback, exit 1, the other rank waited)."""
+  task = write_cola_task(str(tmp_path / "task"), bad_train_label="2")
+  args = classifier_args(task, str(tmp_path / "out"), "--do_train", "--do_eval",
+                         "--train_batch_size=2")
+  args[args.index("--task_name=tsv")] = "--task_name=cola"
+  start = time.time()
+  proc = run_job("horovodrun", 2, args, timeout=120)
+  assert_bad_input_on_every_rank(proc, "label '2' is not among", time.time() - start)
+  assert "train.tsv" in [l for l in (proc.stdout + proc.stderr).splitlines()
+                         if "label '2' is not among" in l][0]
+
+
+@requires("horovodrun")
+def test_fewer_training_examples_than_processes_fails_fast(tmp_path):
+  """Bug 7: a rank with an empty shard stopped at once; the other died with
+  'Horovod has been shut down'."""
+  task = write_task(str(tmp_path / "task"), n_train=1)
+  start = time.time()
+  proc = run_job("horovodrun", 2, classifier_args(
+      task, str(tmp_path / "out"), "--do_train", "--train_batch_size=1",
+      "--num_train_epochs=4"), timeout=120)
+  assert_bad_input_on_every_rank(proc, "1 training example for 2 processes",
+                                 time.time() - start)
+
+
 # --- Sum or average: a scale-sensitive equivalence -----------------------------
 
 def first_summaries(out_dir):
