@@ -322,15 +322,34 @@ def choose_compute_type(use_amp, gpu_available):
 
 
 def use_sparse_embedding_allreduce(mode, size, batch_size, seq_length, vocab_size,
-                                   gradient_accumulation_steps):
+                                   gradient_accumulation_steps, gpu_available=False,
+                                   fp16_allreduce=False):
   """Whether to allgather the word-embedding rows instead of allreducing the table.
 
   An allgather sends size x batch_size x seq_length rows (one per token, repeats
   included) to every rank; the dense allreduce moves the vocab_size-row table.
+  Never on GPUs: each rank sums the gathered rows into the dense gradient
+  itself, with GPU scatter-adds whose order (so rounding) varies, and nothing
+  re-syncs ranks whose updates then differ; the dense allreduce gives every rank
+  the same bits. Never with --fp16_allreduce: Horovod cannot divide gathered
+  rows before the float16 sum.
+
+  Raises:
+    InputError: for mode "sparse" where it cannot be used.
   """
   # Horovod: the embedding exchange rule (allgather rows vs. allreduce the table).
-  if mode != "auto":
-    return mode == "sparse"  # validate_flags rejects sparse with accumulation.
+  if mode == "sparse":  # (validate_flags rejects it with accumulation)
+    if gpu_available:
+      raise InputError("--embedding_allreduce=sparse: on GPUs each rank would sum the "
+                       "gathered rows in a varying order and ranks could drift apart; "
+                       "use dense or auto")
+    if fp16_allreduce:
+      raise InputError("--embedding_allreduce=sparse does not work with "
+                       "--fp16_allreduce (gathered rows cannot be divided before the "
+                       "float16 sum); use dense or auto")
+    return True
+  if mode == "dense" or gpu_available or fp16_allreduce:
+    return False
   return gradient_accumulation_steps <= 1 and size * batch_size * seq_length < vocab_size
 
 

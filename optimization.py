@@ -45,7 +45,9 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
     scale_learning_rate: bool, multiply the rate by the number of processes.
     gradient_accumulation_steps: int, micro-batches per optimizer step (Horovod's
       `backward_passes_per_step`: one allreduce per k micro-batches).
-    fp16_allreduce: bool, send gradients as float16 over the wire.
+    fp16_allreduce: bool, send gradients as float16 over the wire, divided by
+      the number of processes before the sum so that it cannot overflow where the
+      average does not. Needs the dense word-embedding allreduce.
     dynamic_loss_scale: bool, float16 training: scale the loss (start 2^15, halve
       on overflow, double after 2000 finite updates) and skip updates whose
       averaged gradients are not finite (the same decision on every rank). With
@@ -84,8 +86,14 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
   # sparse_as_dense, an allgather of the IndexedSlices (the word-embedding rows).
   dist_kwargs = {"sparse_as_dense": not sparse_embedding_allreduce}
   if fp16_allreduce:
+    if sparse_embedding_allreduce:
+      raise ValueError("fp16_allreduce needs the dense word-embedding allreduce "
+                       "(Horovod cannot predivide gathered rows)")
     # Horovod: compress gradients to float16 for the allreduce.
     dist_kwargs["compression"] = hvd.Compression.fp16
+    # A float16 sum of N gradients overflows (above 65504) long before their mean.
+    # Horovod: divide each gradient by the number of processes before the sum.
+    dist_kwargs["gradient_predivide_factor"] = float(hvd.size())
   if gradient_accumulation_steps > 1:
     # Horovod: sum k local micro-batch gradients, then one allreduce every k steps.
     dist_kwargs["backward_passes_per_step"] = gradient_accumulation_steps

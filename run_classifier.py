@@ -117,13 +117,15 @@ flags.DEFINE_bool(
     "Mixed precision: float16 with dynamic loss scaling on GPUs, bfloat16 on CPUs "
     "that support it (avx512_bf16 or amx_bf16); variables stay float32.")
 flags.DEFINE_bool("fp16_allreduce", False,
-                  "Compress gradients to float16 for the Horovod allreduce.")
+                  "Compress gradients to float16 for the Horovod allreduce (each "
+                  "divided by the number of processes before the sum).")
 flags.DEFINE_enum(
     "embedding_allreduce", "auto", ["auto", "dense", "sparse"],
     "How ranks exchange the word-embedding gradient: 'dense' allreduces the whole "
     "[vocab_size, hidden] table, 'sparse' allgathers only the rows each batch "
     "used; 'auto' picks sparse when processes x train_batch_size x max_seq_length "
-    "< vocab_size (fewer bytes) and no gradient accumulation is on.")
+    "< vocab_size (fewer bytes), on CPUs, without gradient accumulation or "
+    "--fp16_allreduce.")
 flags.DEFINE_float(
     "horovod_cycle_time_ms", 0.0,
     "Horovod's cycle (HOROVOD_CYCLE_TIME): how often ranks coordinate ready "
@@ -331,7 +333,8 @@ def setup(flags_obj, runtime):
       sparse_embedding_allreduce=distributed.use_sparse_embedding_allreduce(
           flags_obj.embedding_allreduce, size, flags_obj.train_batch_size,
           flags_obj.max_seq_length, bert_config.vocab_size,
-          flags_obj.gradient_accumulation_steps),
+          flags_obj.gradient_accumulation_steps, runtime.gpu_available,
+          flags_obj.fp16_allreduce),
       eval_batch_size=flags_obj.eval_batch_size,
       predict_batch_size=flags_obj.predict_batch_size,
       export_dir=flags_obj.export_dir)

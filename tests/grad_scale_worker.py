@@ -1,12 +1,16 @@
 """One rank of the averaging test: 2 processes x 2 accumulated micro-batches of 2.
 
-  horovodrun -np 2 python tests/grad_scale_worker.py OUT_DIR
+  horovodrun -np 2 python tests/grad_scale_worker.py OUT_DIR [fp16_overflow]
 
 A linear model, loss = mean((x . w - y)^2) over a micro-batch, trained with
 optimization.create_optimizer (gradient_accumulation_steps=2, learning-rate
 scaling on) for two updates. At each update it records the reported gradient
 norm and learning rate beside the norm of the mean gradient of all 8 examples of
 the global batch (numpy, float64), in OUT_DIR/<rank>.json.
+
+With `fp16_overflow` it instead allreduces, as float16 (--fp16_allreduce), a
+gradient of 40000 per element on each rank: a float16 sum of two of them
+overflows (the largest float16 is 65504), their average does not.
 """
 
 import json
@@ -65,5 +69,24 @@ def main(out_dir):
     json.dump({"updates": updates}, f)
 
 
+def fp16_overflow(out_dir):
+  # Horovod: two ranks allreduce one large gradient in float16.
+  hvd.init()
+  with tf.Graph().as_default():
+    w = tf1.get_variable("w", initializer=[0.0, 0.0, 0.0])
+    loss = tf.reduce_sum(40000.0 * w)
+    _, _, grad_norm = optimization.create_optimizer(
+        loss, init_lr=0.01, num_train_steps=10, num_warmup_steps=0, fp16_allreduce=True)
+    with tf1.Session() as sess:
+      sess.run(tf1.global_variables_initializer())
+      norm = sess.run(grad_norm)
+  # Horovod: each rank reports what it received.
+  with open(os.path.join(out_dir, "%d.json" % hvd.rank()), "w") as f:
+    json.dump({"grad_norm": float(norm), "expected_norm": 40000.0 * np.sqrt(3.0)}, f)
+
+
 if __name__ == "__main__":
-  main(sys.argv[1])
+  if sys.argv[2:] == ["fp16_overflow"]:
+    fp16_overflow(sys.argv[1])
+  else:
+    main(sys.argv[1])

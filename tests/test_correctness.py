@@ -391,3 +391,33 @@ def test_accumulated_gradients_are_averaged_over_micro_batches_and_ranks(tmp_pat
       np.testing.assert_allclose(update["learning_rate"], 2 * update["schedule_rate"],
                                  rtol=1e-6)
     assert len(got["updates"]) == 2
+
+
+@requires("horovodrun")
+def test_fp16_allreduce_of_large_gradients_does_not_overflow(tmp_path):
+  """A float16 sum over processes overflowed where the average fits: divide first."""
+  out = str(tmp_path)
+  proc = subprocess.run(
+      launcher_prefix("horovodrun", 2) + [os.path.join(TESTS, "grad_scale_worker.py"),
+                                          out, "fp16_overflow"],
+      cwd=ROOT, capture_output=True, text=True, timeout=240)
+  assert_ok(proc)
+  for rank in (0, 1):
+    got = json.load(open(os.path.join(out, "%d.json" % rank)))
+    np.testing.assert_allclose(got["grad_norm"], got["expected_norm"], rtol=1e-3)
+
+
+# --- Risks: the embedding exchange, threads under a binding, dropout seeds -----
+
+def test_sparse_embedding_exchange_only_on_cpus_without_fp16_allreduce():
+  import distributed
+  rule = distributed.use_sparse_embedding_allreduce
+  assert rule("auto", 2, 16, 128, 30522, 1)
+  # GPU scatter-adds of the gathered rows vary in order: ranks could drift apart.
+  assert not rule("auto", 2, 16, 128, 30522, 1, gpu_available=True)
+  # fp16 allreduce divides before the sum, which gathered rows cannot.
+  assert not rule("auto", 2, 16, 128, 30522, 1, fp16_allreduce=True)
+  with pytest.raises(distributed.InputError, match="on GPUs each rank"):
+    rule("sparse", 2, 16, 128, 30522, 1, gpu_available=True)
+  with pytest.raises(distributed.InputError, match="--fp16_allreduce"):
+    rule("sparse", 2, 16, 128, 30522, 1, fp16_allreduce=True)
