@@ -219,15 +219,45 @@ def configure_logging(rank):
   tf1.logging.set_verbosity(tf1.logging.ERROR)
 
 
-def cpu_threads_per_process(local_size, requested=0):
-  """Intra-op threads for one of `local_size` processes sharing this host's cores."""
+def cpu_threads_per_process(local_size, requested=0, affinity=None, host_cpus=None):
+  """Intra-op threads for one of `local_size` processes sharing this host's cores.
+
+  This process may run on `affinity` of the `host_cpus` CPUs the job may use (its
+  cgroup's cpuset). Unbound processes all see every CPU and divide them. A
+  launcher that binds (srun --cpus-per-task, mpirun --bind-to core|socket) has
+  shared them out already: about local_size x affinity / host_cpus processes
+  (rounded up) share each bound set, so a process bound to its own cores uses all
+  of them, and 4 processes bound to the 2 sockets of a host get half a socket each.
+  """
   if requested > 0:
     return requested
-  try:
-    cores = len(os.sched_getaffinity(0))
-  except AttributeError:
-    cores = os.cpu_count() or 1
-  return max(1, cores // max(1, local_size))
+  if affinity is None:
+    try:
+      affinity = len(os.sched_getaffinity(0))
+    except AttributeError:
+      affinity = os.cpu_count() or 1
+  if host_cpus is None:
+    host_cpus = max(allowed_cpu_count(), affinity)
+  sharing = max(1, -(-max(1, local_size) * affinity // host_cpus))
+  return max(1, affinity // sharing)
+
+
+def allowed_cpu_count():
+  """CPUs this job's cgroup may use (its cpuset), else all CPUs of the host."""
+  for path in ("/sys/fs/cgroup/cpuset.cpus.effective",
+               "/sys/fs/cgroup/cpuset/cpuset.effective_cpus"):
+    try:
+      with open(path) as f:
+        text = f.read().strip()
+    except OSError:
+      continue
+    count = 0
+    for part in filter(None, text.split(",")):
+      low, _, high = part.partition("-")
+      count += int(high or low) - int(low) + 1
+    if count:
+      return count
+  return os.cpu_count() or 1
 
 
 def horovod_cycle_time_ms(requested, environ, gpu_available):
@@ -501,7 +531,10 @@ def training_hooks(runtime, work_dir, output_dir, loss, learning_rate, num_train
 def make_run_config(runtime, output_dir, work_dir, seed, save_checkpoints_steps,
                     keep_checkpoint_max):
   """The Estimator's RunConfig of this rank: only rank 0 saves checkpoints, summaries."""
-  config = {"tf_random_seed": seed, "log_step_count_steps": None,
+  # Horovod: a graph seed per rank, so dropout masks differ between ranks as
+  # between the examples of one large batch (the initial weights are rank 0's
+  # everywhere: the broadcast hook copies them).
+  config = {"tf_random_seed": seed + runtime.rank, "log_step_count_steps": None,
             "session_config": runtime.session_config}
   if runtime.rank == 0:
     config.update(model_dir=output_dir, save_checkpoints_steps=save_checkpoints_steps,

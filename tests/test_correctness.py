@@ -421,3 +421,28 @@ def test_sparse_embedding_exchange_only_on_cpus_without_fp16_allreduce():
     rule("sparse", 2, 16, 128, 30522, 1, gpu_available=True)
   with pytest.raises(distributed.InputError, match="--fp16_allreduce"):
     rule("sparse", 2, 16, 128, 30522, 1, fp16_allreduce=True)
+
+
+def test_cpu_threads_follow_a_launchers_binding():
+  import distributed
+  threads = distributed.cpu_threads_per_process
+  # Unbound: the local processes divide the host's CPUs (as before).
+  assert threads(4, affinity=32, host_cpus=32) == 8
+  assert threads(1, affinity=32, host_cpus=32) == 32
+  # srun --cpus-per-task=4 / mpirun --bind-to core: each process has its own 4.
+  assert threads(4, affinity=4, host_cpus=32) == 4
+  assert threads(8, affinity=1, host_cpus=8) == 1
+  # --bind-to socket, 4 processes on 2 sockets of 16: two share each socket.
+  assert threads(4, affinity=16, host_cpus=32) == 8
+  assert threads(2, affinity=16, host_cpus=32) == 16
+  assert threads(2, requested=3, affinity=1, host_cpus=2) == 3
+
+
+def test_each_rank_has_its_own_dropout_seed():
+  import distributed
+  runtimes = [distributed.Runtime(rank=r, size=2, local_rank=r, local_size=2,
+                                  cross_rank=0, gpu_available=False, threads=1,
+                                  session_config=None) for r in (0, 1)]
+  seeds = [distributed.make_run_config(rt, "o", "o/%d" % rt.rank, 7, 10, 2).tf_random_seed
+           for rt in runtimes]
+  assert seeds == [7, 8]  # rank 0 keeps --seed: one process trains as before
