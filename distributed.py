@@ -200,10 +200,11 @@ def enable_xla_on_cpu():
   That is TF_XLA_FLAGS=--tf_xla_cpu_global_jit, but TensorFlow parses that
   variable once and had done so by the time `main` ran, so setting it there
   changed nothing (measured: no cluster compiled): this sets the parsed flag
-  itself, as TensorFlow's own XLA tests do. With TF_CPP_MIN_LOG_LEVEL=0 the first compiled step logs
-  "Compiled cluster using XLA".
+  itself, as TensorFlow's own XLA tests do. With TF_CPP_MIN_LOG_LEVEL=0 the
+  first compiled step logs "Compiled cluster using XLA".
   """
-  from tensorflow.python.client import pywrap_tf_session  # pylint: disable=g-import-not-at-top
+  # pylint: disable=g-import-not-at-top
+  from tensorflow.python.client import pywrap_tf_session
   pywrap_tf_session.TF_SetTfXlaCpuGlobalJit(True)
 
 

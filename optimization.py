@@ -150,7 +150,7 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
 
 
 def update_loss_scale(loss_scale, finite, update_step=None, growth_interval=2000):
-  """Halves `loss_scale` after an overflow, doubles it after `growth_interval` good updates.
+  """Halves `loss_scale` after an overflow, doubles it after `growth_interval` updates.
 
   Args:
     loss_scale: float32 scalar variable.

@@ -59,7 +59,8 @@ def main(out_dir):
         w_now = sess.run(w).astype(np.float64)
         mean_grad = 2.0 * xs.T.dot(xs.dot(w_now) - ys) / len(ys)
         for micro in range(K):
-          rows = slice((rank * K + micro) * MICRO_BATCH, (rank * K + micro + 1) * MICRO_BATCH)
+          first = (rank * K + micro) * MICRO_BATCH
+          rows = slice(first, first + MICRO_BATCH)
           _, lr, norm = sess.run([train_op, learning_rate, grad_norm],
                                  {x: xs[rows], y: ys[rows]})
         updates.append({"grad_norm": float(norm), "learning_rate": float(lr),

@@ -37,7 +37,8 @@ def main(out_dir, inf_step, inf_rank):
         scale_learning_rate=False, gradient_accumulation_steps=2,
         dynamic_loss_scale=True)
     by_name = {v.op.name: v for v in tf1.global_variables()}
-    watched = {"scale": by_name["loss_scale"], "good_steps": by_name["loss_scale_good_steps"],
+    watched = {"scale": by_name["loss_scale"],
+               "good_steps": by_name["loss_scale_good_steps"],
                "w": w, "global_step": tf1.train.get_global_step()}
     # Horovod: every rank starts from rank 0's variables, as the Estimator hook does.
     sync = hvd.broadcast_global_variables(0)

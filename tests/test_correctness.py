@@ -18,6 +18,7 @@ import tensorflow as tf
 from conftest import (ROOT, classifier_args, launcher_prefix, requires, run_job,
                       tiny_config, write_task)
 from test_distributed import assert_ok, make_init_checkpoint, trained_weights
+from test_speed_options import setup_dir  # pylint: disable=unused-import (a fixture)
 
 tf1 = tf.compat.v1
 TESTS = os.path.dirname(os.path.abspath(__file__))
@@ -155,17 +156,9 @@ def test_loss_scale_changes_only_on_apply_steps_and_alike_on_all_ranks(tmp_path)
 
 # --- 3 and the options that must act: XLA and mixed precision ------------------
 
-@pytest.fixture(scope="module")
-def speed_dir(tmp_path_factory):
-  base = tmp_path_factory.mktemp("correct_speed")
-  task = write_task(str(base / "task"), n_train=48, dropout=0.0)
-  init = make_init_checkpoint(str(base / "init"), tiny_config(dropout=0.0))
-  return str(base), task, init
-
-
-def train_once(speed_dir, name, *extra, env=None):
+def train_once(setup_dir, name, *extra, env=None):
   """Trains 6 steps of batch 8 from the shared initial checkpoint; returns (dir, proc)."""
-  base, task, init = speed_dir
+  base, task, init = setup_dir
   out = os.path.join(base, name)
   proc = run_script([os.path.join(ROOT, "run_classifier.py")] + classifier_args(
       task, out, "--do_train", "--train_shuffle_buffer=0", "--train_batch_size=8",
@@ -180,11 +173,12 @@ def max_weight_difference(a, b):
   return max(float(np.max(np.abs(wa[n] - wb[n]))) for n in wa)
 
 
-def test_use_xla_compiles_on_cpu(speed_dir, monkeypatch):
+def test_use_xla_compiles_on_cpu(setup_dir, monkeypatch):
   """Bug 3: TF_XLA_FLAGS was set after TensorFlow had read it: XLA never ran."""
   monkeypatch.delenv("TF_XLA_FLAGS", raising=False)
-  plain, _ = train_once(speed_dir, "plain")
-  xla, proc = train_once(speed_dir, "xla", "--use_xla", env={"TF_CPP_MIN_LOG_LEVEL": "0"})
+  plain, _ = train_once(setup_dir, "plain6")
+  xla, proc = train_once(setup_dir, "xla_on", "--use_xla",
+                         env={"TF_CPP_MIN_LOG_LEVEL": "0"})
   assert "Compiled cluster using XLA" in proc.stderr, proc.stderr[-3000:]
   # XLA's fused kernels round differently: the same training, not the same bits.
   diff = max_weight_difference(plain, xla)
@@ -200,13 +194,13 @@ def graph_dtypes(out_dir, op_types):
   return {tf.as_dtype(n.attr["T"].type).name for n in graph.node if n.op in op_types}
 
 
-def test_amp_computes_matmuls_in_bfloat16_on_cpu(speed_dir):
+def test_amp_computes_matmuls_in_bfloat16_on_cpu(setup_dir):
   """The AMP test passed when --use_amp left every matmul in float32."""
   import distributed
   if not distributed.cpu_supports_bfloat16():
     pytest.skip("this CPU has no bfloat16 instructions (the refusal is tested elsewhere)")
-  plain, _ = train_once(speed_dir, "plain_amp_ref")
-  amp, _ = train_once(speed_dir, "amp", "--use_amp")
+  plain, _ = train_once(setup_dir, "plain6")
+  amp, _ = train_once(setup_dir, "amp_on", "--use_amp")
   assert graph_dtypes(plain, ("MatMul", "BatchMatMulV2")) == {"float32"}
   assert "bfloat16" in graph_dtypes(amp, ("MatMul", "BatchMatMulV2"))
   diff = max_weight_difference(plain, amp)
@@ -351,7 +345,8 @@ def first_summaries(out_dir):
 
 @requires("horovodrun")
 @pytest.mark.parametrize("accumulation", [1, 2])
-def test_two_processes_average_gradients_with_learning_rate_scaling(tmp_path, accumulation):
+def test_two_processes_average_gradients_with_learning_rate_scaling(tmp_path,
+                                                                   accumulation):
   """2 x batch 4 (or 2 x 2 micro-batches of 2) at rate r/2, scaled x2 = 1 x batch 8 at
   rate r: the same weights and, where the first logged step is an update, the same
   gradient norm: Adam and clipping hide a sum of gradients, the norm does not."""
@@ -446,3 +441,15 @@ def test_each_rank_has_its_own_dropout_seed():
   seeds = [distributed.make_run_config(rt, "o", "o/%d" % rt.rank, 7, 10, 2).tf_random_seed
            for rt in runtimes]
   assert seeds == [7, 8]  # rank 0 keeps --seed: one process trains as before
+
+
+def test_checkpoints_between_updates_and_the_resume_position():
+  import distributed
+  assert [distributed.checkpoint_interval(s, 2) for s in (1, 3, 4)] == [2, 4, 4]
+  assert distributed.checkpoint_interval(1000, 3) == 1002
+  assert distributed.checkpoint_interval(7, 1) == 7
+  # Step 5 of batch 2 used 10 examples: a shard of 21 in a loop is at 10; with a
+  # shuffle buffer the stream is not a loop, so all 10 are skipped too.
+  assert distributed.resume_position(5, 2, 21, shuffle_buffer=0) == 10
+  assert distributed.resume_position(15, 2, 21, shuffle_buffer=0) == 9
+  assert distributed.resume_position(15, 2, 21, shuffle_buffer=100) == 30
