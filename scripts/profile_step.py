@@ -7,7 +7,7 @@ Builds run_classifier's training graph (classifier_model.create_model and
 optimization.create_optimizer, one process) once per precision, each in its own
 graph and session of this process, on random ids (no padding):
   fp32  the float32 graph;
-  bf16  the hand-cast encoder of --use_amp on CPU (compute_type=tf.bfloat16);
+  bf16  what --use_amp builds on CPU (compute_type=tf.bfloat16: bfloat16 matmuls);
   amp   the float32 graph with grappler's oneDNN bfloat16 auto-mixed-precision
         rewrite (auto_mixed_precision_onednn_bfloat16).
 Timing runs the precisions interleaved (--steps steps each, --rounds times) and
