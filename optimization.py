@@ -33,8 +33,8 @@ def learning_rate_schedule(init_lr, global_step, num_train_steps, num_warmup_ste
 def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
                      scale_learning_rate=True, gradient_accumulation_steps=1,
                      fp16_allreduce=False, dynamic_loss_scale=False,
-                     sparse_embedding_allreduce=False):
-  """Creates the training op: Horovod-averaged, clipped AdamWeightDecay updates.
+                     sparse_embedding_allreduce=False, optimizer_name="adamw"):
+  """Creates the training op: Horovod-averaged, clipped AdamWeightDecay or LAMB updates.
 
   Args:
     loss: float32 scalar Tensor, the mean loss of this process's batch.
@@ -58,6 +58,7 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
       the dense [vocab_size, hidden] table; cheaper when processes x tokens per
       batch is below vocab_size. Not with gradient accumulation (Horovod
       accumulates dense gradients only, and raises otherwise).
+    optimizer_name: "adamw" (Google's AdamWeightDecayOptimizer) or "lamb".
 
   Returns:
     (train_op, learning_rate, grad_norm): the op, the current rate and the global
@@ -73,13 +74,7 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
     # Horovod: scale the rate by the number of processes (the global batch grows).
     learning_rate = learning_rate * hvd.size()
 
-  base_optimizer = AdamWeightDecayOptimizer(
-      learning_rate=learning_rate,
-      weight_decay_rate=0.01,
-      beta_1=0.9,
-      beta_2=0.999,
-      epsilon=1e-6,
-      exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"])
+  base_optimizer = make_base_optimizer(optimizer_name, learning_rate)
 
   # Horovod: wrap the optimizer so compute_gradients() returns gradients averaged
   # over all processes: an allreduce of each dense gradient and, unless
@@ -147,6 +142,22 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
                      lambda: tf.group(global_step.assign_add(1)))
   return (tf.group(apply_op, update_loss_scale(loss_scale, finite, update_step)),
           learning_rate, grad_norm)
+
+
+def make_base_optimizer(optimizer_name, learning_rate):
+  """The per-process optimizer `create_optimizer` wraps: "adamw" or "lamb".
+
+  Both decay weights by 0.01 (decoupled), except LayerNorm parameters and biases.
+  """
+  if optimizer_name == "adamw":
+    return AdamWeightDecayOptimizer(
+        learning_rate=learning_rate,
+        weight_decay_rate=0.01,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-6,
+        exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"])
+  raise ValueError("unknown optimizer %r (choose adamw or lamb)" % optimizer_name)
 
 
 def update_loss_scale(loss_scale, finite, update_step=None, growth_interval=2000):
