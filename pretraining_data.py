@@ -105,7 +105,7 @@ def check_input_file(path, max_seq_length, max_predictions_per_seq):
 
 def input_fn_builder(input_files, max_seq_length, max_predictions_per_seq, batch_size,
                      is_training, rank=0, size=1, shuffle_buffer=0, seed=None,
-                     num_cpu_threads=2):
+                     num_cpu_threads=2, start_step=0):
   """Creates an `input_fn` over pretraining TFRecords for one rank.
 
   Args:
@@ -121,6 +121,10 @@ def input_fn_builder(input_files, max_seq_length, max_predictions_per_seq, batch
       together is batch k of one process with `size` times the batch).
     seed: int seed of the file and record shuffles, or None.
     num_cpu_threads: int, files read at once (training, file sharding).
+    start_step: int, the global step training resumes at. The stream of records
+      (seeded shuffles included) is the same in every run, so skipping the
+      start_step * batch_size records trained on already continues it where the
+      earlier run stopped instead of starting the data over.
 
   Returns:
     input_fn(params) -> tf.data.Dataset of dicts: int32 Tensors input_ids,
@@ -156,6 +160,8 @@ def input_fn_builder(input_files, max_seq_length, max_predictions_per_seq, batch
             num_parallel_calls=min(num_cpu_threads, len(files)), deterministic=True)
       if shuffle_buffer > 0:
         d = d.shuffle(buffer_size=shuffle_buffer, seed=seed)
+      if start_step > 0:
+        d = d.skip(start_step * batch_size)
     d = d.batch(batch_size, drop_remainder=is_training)
     # No autotuning: its background thread can hold session close for tens of
     # seconds (see run_classifier's input).

@@ -46,7 +46,8 @@ def gather_indexes(sequence_tensor, positions):
 
 
 def get_masked_lm_output(bert_config, input_tensor, output_weights, positions, label_ids,
-                         label_weights, compute_type=tf.float32):
+                         label_weights, compute_type=tf.float32,
+                         mean_over_processes=None):
   """The masked-LM head and loss at the masked positions only.
 
   Args:
@@ -59,6 +60,12 @@ def get_masked_lm_output(bert_config, input_tensor, output_weights, positions, l
       padding.
     compute_type: dtype of the transform and the [B * P, H] x [H, V] product (mixed
       precision); the softmax and the loss are float32.
+    mean_over_processes: optional function, float32 scalar -> its mean over all
+      processes. When given, the loss divides by the mean count of real
+      predictions per process instead of this process's count: the average of the
+      processes' gradients is then that of the loss over all their predictions
+      together, as in one process with their batches joined (each process's
+      count alone would weigh a prediction more on a process that has fewer).
 
   Returns:
     (loss, per_example_loss, log_probs): a float32 scalar, the weighted mean over
@@ -86,7 +93,10 @@ def get_masked_lm_output(bert_config, input_tensor, output_weights, positions, l
     # -log p(label): a gather of one log-probability per row, not a [B * P, V] one-hot.
     per_example_loss = -tf.gather(log_probs, label_ids, batch_dims=1)  # [B * P]
     numerator = tf.reduce_sum(label_weights * per_example_loss)
-    denominator = tf.reduce_sum(label_weights) + 1e-5
+    count = tf.reduce_sum(label_weights)
+    if mean_over_processes is not None:
+      count = mean_over_processes(tf.stop_gradient(count))
+    denominator = count + 1e-5
     loss = numerator / denominator
   return (loss, per_example_loss, log_probs)
 
@@ -119,7 +129,8 @@ def get_next_sentence_output(bert_config, input_tensor, labels):
   return (loss, per_example_loss, log_probs)
 
 
-def create_model(bert_config, is_training, features, compute_type=tf.float32):
+def create_model(bert_config, is_training, features, compute_type=tf.float32,
+                 mean_over_processes=None):
   """BERT with both pretraining heads; the total loss is their sum.
 
   Args:
@@ -129,6 +140,8 @@ def create_model(bert_config, is_training, features, compute_type=tf.float32):
       masked_lm_positions, masked_lm_ids [B, P]; masked_lm_weights float32 [B, P];
       next_sentence_labels [B] or [B, 1].
     compute_type: dtype of the encoder and the masked-LM transform (mixed precision).
+    mean_over_processes: optional function for the masked-LM loss's denominator
+      (see `get_masked_lm_output`).
 
   Returns:
     (total_loss, outputs): a float32 scalar and a dict of the heads' outputs:
@@ -142,7 +155,8 @@ def create_model(bert_config, is_training, features, compute_type=tf.float32):
   (mlm_loss, mlm_example_loss, mlm_log_probs) = get_masked_lm_output(
       bert_config, model.get_sequence_output(), model.get_embedding_table(),
       features["masked_lm_positions"], features["masked_lm_ids"],
-      features["masked_lm_weights"], compute_type=compute_type)
+      features["masked_lm_weights"], compute_type=compute_type,
+      mean_over_processes=mean_over_processes)
   (nsp_loss, nsp_example_loss, nsp_log_probs) = get_next_sentence_output(
       bert_config, model.get_pooled_output(), features["next_sentence_labels"])
   outputs = {
@@ -206,7 +220,8 @@ def expected_checkpoint_shapes(config):
 def model_fn_builder(bert_config, init_checkpoint, learning_rate, num_train_steps,
                      num_warmup_steps, optimizer_name="adamw", scale_learning_rate=True,
                      training_hooks_fn=None, compute_type=tf.float32,
-                     gradient_accumulation_steps=1, fp16_allreduce=False):
+                     gradient_accumulation_steps=1, fp16_allreduce=False,
+                     mean_over_processes=None):
   """Returns the `model_fn` closure for the Estimator.
 
   Args:
@@ -224,6 +239,10 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate, num_train_step
       (float16 adds dynamic loss scaling); eval runs in float32.
     gradient_accumulation_steps: int, micro-batches per optimizer update.
     fp16_allreduce: bool, compress gradients to float16 for the allreduce.
+    mean_over_processes: optional function, scalar -> its mean over all processes
+      (a collective: every process must train). Training divides the masked-LM
+      loss by the processes' mean prediction count with it (see
+      `get_masked_lm_output`); eval, on one process, never calls it.
   """
 
   def model_fn(features, labels, mode, params):
@@ -231,7 +250,8 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate, num_train_step
     is_training = (mode == tf_estimator.estimator.ModeKeys.TRAIN)
     (total_loss, outputs) = create_model(
         bert_config, is_training, features,
-        compute_type=compute_type if is_training else tf.float32)
+        compute_type=compute_type if is_training else tf.float32,
+        mean_over_processes=mean_over_processes if is_training else None)
 
     if init_checkpoint:
       (assignment_map, _) = modeling.get_assignment_map_from_checkpoint(

@@ -222,6 +222,20 @@ def test_file_sharding_reads_disjoint_files(tmp_path):
   assert seen[1] == by_file[1]
 
 
+@pytest.mark.parametrize("num_files", [1, 3])
+def test_start_step_continues_the_stream(tmp_path, num_files):
+  """A run resumed at step s reads what the uninterrupted run read from step s on."""
+  paths, _ = write_shards(str(tmp_path), num_files, 7)
+  def batches(start_step, n):
+    return take(pretraining_data.input_fn_builder(
+        paths, SEQ, PRED, 2, is_training=True, rank=1, size=2, shuffle_buffer=4,
+        seed=5, start_step=start_step), n)
+  full = batches(0, 9)
+  resumed = batches(4, 5)
+  for k in range(5):
+    np.testing.assert_array_equal(resumed[k]["input_ids"], full[4 + k]["input_ids"])
+
+
 def test_expand_input_files(tmp_path):
   paths, _ = write_shards(str(tmp_path / "d"), 3, 1)
   pattern = str(tmp_path / "d" / "part-*")
