@@ -30,7 +30,6 @@ import train_metrics
 LOG = train_metrics.LOG
 EXIT_BAD_INPUT = distributed.EXIT_BAD_INPUT
 RESULT_FILES = ("eval_results.txt", "test_results.tsv")
-CPU_HOROVOD_CYCLE_TIME_MS = distributed.CPU_HOROVOD_CYCLE_TIME_MS
 
 FLAGS = flags.FLAGS
 
@@ -84,41 +83,22 @@ flags.DEFINE_integer("iterations_per_loop", 1000,
                      "Accepted for compatibility with Google's script; unused.")
 flags.DEFINE_bool("use_tpu", False, "Accepted for compatibility; must stay False.")
 
-## Horovod and run-control parameters
+## Horovod and run-control parameters (and those of distributed.define_runtime_flags)
+distributed.define_runtime_flags(FLAGS)
+flags.adopt_module_key_flags(distributed)  # --help lists them with this script's.
 flags.DEFINE_integer(
     "seed", 12345,
     "Seed of the global example order (one shuffle, identical on every rank), of "
     "weight initialization and of the shuffle buffer.")
-flags.DEFINE_bool(
-    "scale_learning_rate", True,
-    "Multiply the learning rate by the number of processes (the global batch is "
-    "train_batch_size x processes).")
 flags.DEFINE_integer(
     "train_shuffle_buffer", 100,
     "Shuffle buffer of the training input per process; 0 keeps the seeded global "
     "order exactly (every epoch in the same order).")
 flags.DEFINE_integer(
-    "intra_op_threads", 0,
-    "CPU threads per process for one op; 0 = cores on this host / processes on "
-    "this host.")
-flags.DEFINE_integer("inter_op_threads", 2,
-                     "CPU threads per process for running independent ops.")
-flags.DEFINE_integer(
     "max_train_steps", 0,
     "If > 0, stop training after this many steps (caps the epoch-derived count).")
-flags.DEFINE_float("log_every_secs", 10.0,
-                   "Seconds between progress lines on rank 0.")
-flags.DEFINE_integer("keep_checkpoint_max", 3, "Checkpoints kept by rank 0.")
 
-## Speed options
-flags.DEFINE_bool("use_xla", False, "Compile the training graph with XLA (JIT).")
-flags.DEFINE_bool(
-    "use_amp", False,
-    "Mixed precision: float16 with dynamic loss scaling on GPUs, bfloat16 on CPUs "
-    "that support it (avx512_bf16 or amx_bf16); variables stay float32.")
-flags.DEFINE_bool("fp16_allreduce", False,
-                  "Compress gradients to float16 for the Horovod allreduce (each "
-                  "divided by the number of processes before the sum).")
+## Speed options (the shared ones: distributed.define_runtime_flags)
 flags.DEFINE_enum(
     "embedding_allreduce", "auto", ["auto", "dense", "sparse"],
     "How ranks exchange the word-embedding gradient: 'dense' allreduces the whole "
@@ -126,16 +106,6 @@ flags.DEFINE_enum(
     "used; 'auto' picks sparse when processes x train_batch_size x max_seq_length "
     "< vocab_size (fewer bytes), on CPUs, without gradient accumulation or "
     "--fp16_allreduce.")
-flags.DEFINE_float(
-    "horovod_cycle_time_ms", 0.0,
-    "Horovod's cycle (HOROVOD_CYCLE_TIME): how often ranks coordinate ready "
-    "gradients. 0 = the HOROVOD_CYCLE_TIME environment variable if set, else "
-    "%g ms on hosts without GPUs (each cycle wakes threads on the cores that "
-    "compute) and Horovod's own default (1 ms) with GPUs." % CPU_HOROVOD_CYCLE_TIME_MS)
-flags.DEFINE_integer(
-    "gradient_accumulation_steps", 1,
-    "Micro-batches of --train_batch_size per optimizer update (one allreduce per "
-    "update); the global batch is train_batch_size x this x processes.")
 flags.DEFINE_string(
     "export_dir", None,
     "If set, rank 0 writes a SavedModel of the final checkpoint here (serving "
@@ -166,12 +136,7 @@ def validate_flags(flags_obj):
                      flags_obj.warmup_proportion)
   if flags_obj.max_seq_length < 3:
     raise InputError("--max_seq_length must be at least 3")
-  if flags_obj.horovod_cycle_time_ms < 0:
-    raise InputError("--horovod_cycle_time_ms must be >= 0, got %g" %
-                     flags_obj.horovod_cycle_time_ms)
-  if flags_obj.gradient_accumulation_steps < 1:
-    raise InputError("--gradient_accumulation_steps must be at least 1, got %d" %
-                     flags_obj.gradient_accumulation_steps)
+  distributed.validate_runtime_flags(flags_obj)
   if (flags_obj.embedding_allreduce == "sparse" and
       flags_obj.gradient_accumulation_steps > 1):
     raise InputError("--embedding_allreduce=sparse does not work with "
@@ -180,29 +145,9 @@ def validate_flags(flags_obj):
 
 
 def check_checkpoint_matches(init_checkpoint, bert_config, num_labels):
-  """Raises InputError if `init_checkpoint` is missing or its shapes differ from the model."""
-  index = init_checkpoint + ".index"
-  if not (os.path.exists(index) or os.path.exists(init_checkpoint)):
-    raise InputError("--init_checkpoint=%s: no such checkpoint (%s not found)" %
-                     (init_checkpoint, index))
-  try:
-    ckpt_shapes = dict(tf.train.list_variables(init_checkpoint))
-  except (tf.errors.OpError, ValueError) as e:
-    raise InputError("--init_checkpoint=%s: cannot read (%s)" %
-                     (init_checkpoint, str(e).splitlines()[0]))
-  expected = modeling.expected_checkpoint_shapes(bert_config, num_labels)
-  found = 0
-  for name, shape in expected.items():
-    if name not in ckpt_shapes:
-      continue
-    found += 1
-    if tuple(ckpt_shapes[name]) != tuple(shape):
-      raise InputError("--init_checkpoint=%s: variable %s has shape %s, the config "
-                       "needs %s" % (init_checkpoint, name, list(ckpt_shapes[name]),
-                                     list(shape)))
-  if found == 0:
-    raise InputError("--init_checkpoint=%s: holds none of the BERT variables (e.g. %s)"
-                     % (init_checkpoint, next(iter(expected))))
+  """Raises an error if `init_checkpoint` is missing or its shapes differ from the model."""
+  modeling.check_checkpoint_shapes(
+      init_checkpoint, modeling.expected_checkpoint_shapes(bert_config, num_labels))
 
 
 class RunPlan(object):

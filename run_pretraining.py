@@ -87,47 +87,20 @@ flags.DEFINE_enum(
     "The optimizer: 'adamw' (Google's Adam with decoupled weight decay) or 'lamb' "
     "(layer-wise adaptive rates for large batches, You et al. 2019).")
 
-## Horovod and run-control parameters
+## Horovod and run-control parameters (and those of distributed.define_runtime_flags:
+## threads, Horovod's cycle, --use_amp, --use_xla, --fp16_allreduce,
+## --gradient_accumulation_steps, --scale_learning_rate, logging and checkpoints kept)
+distributed.define_runtime_flags(FLAGS)
+flags.adopt_module_key_flags(distributed)  # --help lists them with this script's.
 flags.DEFINE_integer(
     "seed", 12345,
     "Seed of weight initialization and of the input shuffles (the file order and "
     "the shuffle buffer of each rank).")
-flags.DEFINE_bool(
-    "scale_learning_rate", True,
-    "Multiply the learning rate by the number of processes (the global batch is "
-    "train_batch_size x processes).")
 flags.DEFINE_integer(
     "train_shuffle_buffer", 100,
     "Shuffle buffer of the training input per process; 0 reads the records in the "
     "files' order (with fewer files than processes, the processes' batches then "
     "together make exactly the batches of one process).")
-flags.DEFINE_integer(
-    "intra_op_threads", 0,
-    "CPU threads per process for one op; 0 = cores on this host / processes on "
-    "this host.")
-flags.DEFINE_integer("inter_op_threads", 2,
-                     "CPU threads per process for running independent ops.")
-flags.DEFINE_float("log_every_secs", 10.0,
-                   "Seconds between progress lines on rank 0.")
-flags.DEFINE_integer("keep_checkpoint_max", 3, "Checkpoints kept by rank 0.")
-
-## Speed options
-flags.DEFINE_bool("use_xla", False, "Compile the training graph with XLA (JIT).")
-flags.DEFINE_bool(
-    "use_amp", False,
-    "Mixed precision: float16 with dynamic loss scaling on GPUs, bfloat16 on CPUs "
-    "that support it (avx512_bf16 or amx_bf16); variables stay float32.")
-flags.DEFINE_bool("fp16_allreduce", False,
-                  "Compress gradients to float16 for the Horovod allreduce.")
-flags.DEFINE_float(
-    "horovod_cycle_time_ms", 0.0,
-    "Horovod's cycle (HOROVOD_CYCLE_TIME): how often ranks coordinate ready "
-    "gradients. 0 = the environment variable if set, else %g ms on hosts without "
-    "GPUs and Horovod's own default with GPUs." % distributed.CPU_HOROVOD_CYCLE_TIME_MS)
-flags.DEFINE_integer(
-    "gradient_accumulation_steps", 1,
-    "Micro-batches of --train_batch_size per optimizer update (one allreduce per "
-    "update); the global batch is train_batch_size x this x processes.")
 
 
 class RunPlan(object):
@@ -155,9 +128,9 @@ def validate_flags(flags_obj):
   for name in ("input_file", "bert_config_file", "output_dir"):
     if not getattr(flags_obj, name):
       raise InputError("--%s is required" % name)
+  distributed.validate_runtime_flags(flags_obj)
   for name in ("train_batch_size", "eval_batch_size", "max_seq_length",
-               "max_predictions_per_seq", "num_train_steps", "save_checkpoints_steps",
-               "gradient_accumulation_steps"):
+               "max_predictions_per_seq", "num_train_steps", "save_checkpoints_steps"):
     if getattr(flags_obj, name) <= 0:
       raise InputError("--%s must be positive, got %d" % (name, getattr(flags_obj, name)))
   for name in ("num_warmup_steps", "max_eval_steps", "train_shuffle_buffer"):
@@ -165,9 +138,6 @@ def validate_flags(flags_obj):
       raise InputError("--%s must be >= 0, got %d" % (name, getattr(flags_obj, name)))
   if flags_obj.learning_rate <= 0:
     raise InputError("--learning_rate must be positive, got %g" % flags_obj.learning_rate)
-  if flags_obj.horovod_cycle_time_ms < 0:
-    raise InputError("--horovod_cycle_time_ms must be >= 0, got %g" %
-                     flags_obj.horovod_cycle_time_ms)
   if flags_obj.max_predictions_per_seq > flags_obj.max_seq_length:
     raise InputError("--max_predictions_per_seq=%d exceeds --max_seq_length=%d" %
                      (flags_obj.max_predictions_per_seq, flags_obj.max_seq_length))
@@ -257,7 +227,7 @@ def build_model_fn(plan):
   def training_hooks_fn(loss, lr):
     return distributed.training_hooks(
         plan.runtime, plan.work_dir, plan.output_dir, loss, lr, plan.num_train_steps,
-        plan.per_process_batch, plan.log_every_secs)
+        plan.per_process_batch, plan.log_every_secs, unit="sequences")
 
   return pretraining_model.model_fn_builder(
       bert_config=plan.bert_config,

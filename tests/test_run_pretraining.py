@@ -132,7 +132,7 @@ def test_files_split_resume_to_exact_step_and_eval(tmp_path):
   first = run_pretraining("horovodrun", 2, args)
   assert_ok(first)
   assert "3 input files, split by file among 2 ranks" in first.stderr
-  assert "examples/sec global" in first.stderr
+  assert "sequences/sec global" in first.stderr
   assert [s["global_step"] for s in train_states(out)] == [10, 10]
   results = read_eval_results(os.path.join(out, "eval_results.txt"))
   assert {"masked_lm_accuracy", "masked_lm_loss", "next_sentence_accuracy",
