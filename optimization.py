@@ -147,17 +147,20 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
 def make_base_optimizer(optimizer_name, learning_rate):
   """The per-process optimizer `create_optimizer` wraps: "adamw" or "lamb".
 
-  Both decay weights by 0.01 (decoupled), except LayerNorm parameters and biases.
+  Both use Google's BERT settings: decoupled weight decay 0.01, betas 0.9/0.999,
+  epsilon 1e-6, and LayerNorm parameters and biases excluded from the decay (and,
+  for LAMB, from the trust ratio).
   """
-  if optimizer_name == "adamw":
-    return AdamWeightDecayOptimizer(
-        learning_rate=learning_rate,
-        weight_decay_rate=0.01,
-        beta_1=0.9,
-        beta_2=0.999,
-        epsilon=1e-6,
-        exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"])
-  raise ValueError("unknown optimizer %r (choose adamw or lamb)" % optimizer_name)
+  optimizers = {"adamw": AdamWeightDecayOptimizer, "lamb": LambOptimizer}
+  if optimizer_name not in optimizers:
+    raise ValueError("unknown optimizer %r (choose adamw or lamb)" % optimizer_name)
+  return optimizers[optimizer_name](
+      learning_rate=learning_rate,
+      weight_decay_rate=0.01,
+      beta_1=0.9,
+      beta_2=0.999,
+      epsilon=1e-6,
+      exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"])
 
 
 def update_loss_scale(loss_scale, finite, update_step=None, growth_interval=2000):
