@@ -599,6 +599,89 @@ def average_over_processes(tensor):
   return hvd.allreduce(tensor, op=hvd.Average, name="average_over_processes")
 
 
+def plan_or_exit(setup_fn, *args):
+  """`setup_fn(*args)` on every rank; a bad input on any rank ends all with exit 2.
+
+  Returns:
+    What setup_fn returned (only when no rank raised a ValueError, the base of
+    InputError and of the modules' own input errors).
+  """
+  try:
+    plan, error = setup_fn(*args), None
+  except ValueError as e:
+    plan, error = None, str(e)
+  # Horovod: every rank learns every rank's input error before any collective.
+  errors = gather_errors(error)
+  if errors:
+    fail(error or errors[0], EXIT_BAD_INPUT)
+  return plan
+
+
+def prepare_output_dirs(rank, output_dir, work_dir, result_files):
+  """Rank 0 removes earlier `result_files` from `output_dir`; every rank makes work_dir.
+
+  Results of an earlier run must not outlive a failure of this one.
+  """
+  # Horovod: rank 0 owns output_dir's results.
+  if rank == 0:
+    for name in result_files:
+      if tf.io.gfile.exists(os.path.join(output_dir, name)):
+        tf.io.gfile.remove(os.path.join(output_dir, name))
+  tf.io.gfile.makedirs(work_dir)
+
+
+def training_hooks_fn(runtime, work_dir, output_dir, num_train_steps, per_process_batch,
+                      log_every_secs, unit="examples"):
+  """The (loss, learning_rate) -> hooks function a model_fn_builder takes (see
+  `training_hooks`)."""
+  def hooks_fn(loss, learning_rate):
+    return training_hooks(runtime, work_dir, output_dir, loss, learning_rate,
+                          num_train_steps, per_process_batch, log_every_secs, unit=unit)
+  return hooks_fn
+
+
+def make_estimator(runtime, model_fn, output_dir, work_dir, seed, save_checkpoints_steps,
+                   keep_checkpoint_max):
+  """An Estimator for this rank (see `make_run_config`: rank 0 alone saves)."""
+  return tf_estimator.estimator.Estimator(
+      model_fn=model_fn, config=make_run_config(runtime, output_dir, work_dir, seed,
+                                                save_checkpoints_steps,
+                                                keep_checkpoint_max))
+
+
+def train_to_step(estimator_fn, input_fn_for_step, output_dir, rank, num_train_steps,
+                  accumulation_steps=1):
+  """Trains every rank to `num_train_steps` from rank 0's latest checkpoint.
+
+  Args:
+    estimator_fn: () -> this rank's Estimator (made only when steps remain).
+    input_fn_for_step: start_step -> the training input_fn.
+    output_dir: rank 0's checkpoint folder. rank: this rank.
+    num_train_steps: int, the global step every rank stops at.
+    accumulation_steps: int, micro-batches per update; a checkpoint inside an
+      accumulation window is a bad input (exit 2 on every rank).
+
+  Returns:
+    The step training started at (num_train_steps or more: nothing was left).
+  """
+  # Horovod: rank 0's checkpoint decides where training resumes, on every rank.
+  start_step = broadcast_resume_step(output_dir, rank)
+  if start_step >= num_train_steps:
+    LOG.info("training already finished at step %d; skipping", start_step)
+    return start_step
+  if start_step % accumulation_steps:
+    # Every rank knows start_step, so every rank stops here alike.
+    fail("%s: checkpoint at step %d is not a multiple of --gradient_accumulation_steps=%d "
+         "(saved by a run with other settings); resume with those settings or use a "
+         "new --output_dir" % (output_dir, start_step, accumulation_steps),
+         EXIT_BAD_INPUT)
+  LOG.info("starting at step %d, training to step %d", start_step, num_train_steps)
+  # Horovod: every rank starts from rank 0's weights (random or init_checkpoint).
+  estimator_fn().train(input_fn=input_fn_for_step(start_step), max_steps=num_train_steps,
+                       hooks=broadcast_hooks())
+  return start_step
+
+
 def make_run_config(runtime, output_dir, work_dir, seed, save_checkpoints_steps,
                     keep_checkpoint_max):
   """The Estimator's RunConfig of this rank: only rank 0 saves checkpoints, summaries."""

@@ -312,6 +312,16 @@ def get_assignment_map_from_checkpoint(tvars, init_checkpoint):
   return (assignment_map, initialized_variable_names)
 
 
+def init_from_checkpoint(init_checkpoint):
+  """Initializes every trainable variable that `init_checkpoint` holds by name.
+
+  Variables the checkpoint lacks (a new head) keep their initializers.
+  """
+  (assignment_map, _) = get_assignment_map_from_checkpoint(tf1.trainable_variables(),
+                                                           init_checkpoint)
+  tf1.train.init_from_checkpoint(init_checkpoint, assignment_map)
+
+
 DROPOUT_RESOLUTION = 1 << 16  # Each element's keep/drop draw is a 16-bit integer.
 
 

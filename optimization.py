@@ -3,6 +3,7 @@
 import re
 
 import tensorflow as tf
+import tensorflow_estimator as tf_estimator
 
 from distributed import hvd
 
@@ -142,6 +143,19 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
                      lambda: tf.group(global_step.assign_add(1)))
   return (tf.group(apply_op, update_loss_scale(loss_scale, finite, update_step)),
           learning_rate, grad_norm)
+
+
+def training_spec(loss, training_hooks_fn=None, **optimizer_args):
+  """The Estimator's TRAIN spec: the op of `create_optimizer(loss, **optimizer_args)`,
+  TensorBoard scalars of its learning rate and gradient norm, and the hooks of
+  `training_hooks_fn(loss, learning_rate)` (optional)."""
+  train_op, learning_rate, grad_norm = create_optimizer(loss, **optimizer_args)
+  tf1.summary.scalar("learning_rate", learning_rate)
+  tf1.summary.scalar("grad_global_norm", grad_norm)
+  hooks = training_hooks_fn(loss, learning_rate) if training_hooks_fn else []
+  return tf_estimator.estimator.EstimatorSpec(
+      mode=tf_estimator.estimator.ModeKeys.TRAIN, loss=loss, train_op=train_op,
+      training_hooks=hooks)
 
 
 def make_base_optimizer(optimizer_name, learning_rate):

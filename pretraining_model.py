@@ -254,25 +254,19 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate, num_train_step
         mean_over_processes=mean_over_processes if is_training else None)
 
     if init_checkpoint:
-      (assignment_map, _) = modeling.get_assignment_map_from_checkpoint(
-          tf1.trainable_variables(), init_checkpoint)
-      tf1.train.init_from_checkpoint(init_checkpoint, assignment_map)
+      modeling.init_from_checkpoint(init_checkpoint)
 
     if is_training:
-      train_op, lr, grad_norm = optimization.create_optimizer(
-          total_loss, learning_rate, num_train_steps, num_warmup_steps,
+      tf1.summary.scalar("masked_lm_loss", outputs["masked_lm_loss"])
+      tf1.summary.scalar("next_sentence_loss", outputs["next_sentence_loss"])
+      return optimization.training_spec(
+          total_loss, training_hooks_fn, init_lr=learning_rate,
+          num_train_steps=num_train_steps, num_warmup_steps=num_warmup_steps,
           scale_learning_rate=scale_learning_rate,
           gradient_accumulation_steps=gradient_accumulation_steps,
           fp16_allreduce=fp16_allreduce,
           dynamic_loss_scale=compute_type == tf.float16,
           optimizer_name=optimizer_name)
-      tf1.summary.scalar("learning_rate", lr)
-      tf1.summary.scalar("grad_global_norm", grad_norm)
-      tf1.summary.scalar("masked_lm_loss", outputs["masked_lm_loss"])
-      tf1.summary.scalar("next_sentence_loss", outputs["next_sentence_loss"])
-      hooks = training_hooks_fn(total_loss, lr) if training_hooks_fn else []
-      return tf_estimator.estimator.EstimatorSpec(
-          mode=mode, loss=total_loss, train_op=train_op, training_hooks=hooks)
     if mode == tf_estimator.estimator.ModeKeys.EVAL:
       return tf_estimator.estimator.EstimatorSpec(
           mode=mode, loss=total_loss, eval_metric_ops=metric_fn(outputs, features))

@@ -19,8 +19,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
-import tensorflow as tf
-import tensorflow_estimator as tf_estimator
 
 import distributed
 from distributed import InputError
@@ -30,7 +28,6 @@ import pretraining_model
 import train_metrics
 
 LOG = train_metrics.LOG
-EXIT_BAD_INPUT = distributed.EXIT_BAD_INPUT
 RESULT_FILES = ("eval_results.txt",)
 
 FLAGS = flags.FLAGS
@@ -215,20 +212,13 @@ def setup(flags_obj, runtime):
 
 def make_estimator(plan):
   """An Estimator for this rank. Only rank 0 saves checkpoints and summaries."""
-  run_config = distributed.make_run_config(
-      plan.runtime, plan.output_dir, plan.work_dir, plan.seed,
+  return distributed.make_estimator(
+      plan.runtime, build_model_fn(plan), plan.output_dir, plan.work_dir, plan.seed,
       plan.save_checkpoints_steps, plan.keep_checkpoint_max)
-  return tf_estimator.estimator.Estimator(model_fn=build_model_fn(plan),
-                                          config=run_config)
 
 
 def build_model_fn(plan):
   """The model_fn for this rank (init checkpoint on rank 0 only)."""
-  def training_hooks_fn(loss, lr):
-    return distributed.training_hooks(
-        plan.runtime, plan.work_dir, plan.output_dir, loss, lr, plan.num_train_steps,
-        plan.per_process_batch, plan.log_every_secs, unit="sequences")
-
   return pretraining_model.model_fn_builder(
       bert_config=plan.bert_config,
       # Horovod: only rank 0 reads the initial checkpoint; the broadcast copies it.
@@ -238,7 +228,9 @@ def build_model_fn(plan):
       num_warmup_steps=plan.num_warmup_steps,
       optimizer_name=plan.optimizer_name,
       scale_learning_rate=plan.scale_learning_rate,
-      training_hooks_fn=training_hooks_fn,
+      training_hooks_fn=distributed.training_hooks_fn(
+          plan.runtime, plan.work_dir, plan.output_dir, plan.num_train_steps,
+          plan.per_process_batch, plan.log_every_secs, unit="sequences"),
       compute_type=plan.compute_type,
       gradient_accumulation_steps=plan.accumulation_steps,
       fp16_allreduce=plan.fp16_allreduce,
@@ -249,29 +241,27 @@ def build_model_fn(plan):
 
 def train(plan):
   """Trains to `num_train_steps` on every rank, resuming from rank 0's checkpoint."""
-  # Horovod: rank 0's checkpoint decides where training resumes, on every rank.
-  start_step = distributed.broadcast_resume_step(plan.output_dir, plan.rank)
   k = plan.accumulation_steps
   LOG.info("pretraining: %s; %d processes x batch %d%s = global batch %d sequences, "
-           "%d steps (%d warmup), %s, starting at step %d; %s",
+           "%d steps (%d warmup), %s; %s",
            pretraining_data.describe_sharding(len(plan.input_files), plan.size),
            plan.size, plan.per_process_batch, " x %d accumulated" % k if k > 1 else "",
            plan.global_batch, plan.num_train_steps, plan.num_warmup_steps,
-           plan.optimizer_name, start_step,
+           plan.optimizer_name,
            distributed.describe(plan.runtime, plan.compute_type, plan.use_xla,
                                 plan.fp16_allreduce))
-  if start_step >= plan.num_train_steps:
-    LOG.info("training already finished at step %d; skipping", start_step)
-    return
-  input_fn = pretraining_data.input_fn_builder(
-      plan.input_files, plan.max_seq_length, plan.max_predictions_per_seq,
-      plan.per_process_batch, is_training=True,
-      # Horovod: this rank's files (or records), shuffled with a seed of its own.
-      rank=plan.rank, size=plan.size, shuffle_buffer=plan.shuffle_buffer,
-      seed=plan.seed + plan.rank, start_step=start_step)
-  # Horovod: every rank starts from rank 0's weights (random or init_checkpoint).
-  make_estimator(plan).train(input_fn=input_fn, max_steps=plan.num_train_steps,
-                             hooks=distributed.broadcast_hooks())
+
+  def input_fn_for_step(start_step):
+    return pretraining_data.input_fn_builder(
+        plan.input_files, plan.max_seq_length, plan.max_predictions_per_seq,
+        plan.per_process_batch, is_training=True,
+        # Horovod: this rank's files (or records), shuffled with a seed of its own.
+        rank=plan.rank, size=plan.size, shuffle_buffer=plan.shuffle_buffer,
+        seed=plan.seed + plan.rank, start_step=start_step)
+
+  # Horovod: every rank resumes from rank 0's checkpoint and stops at the same step.
+  distributed.train_to_step(lambda: make_estimator(plan), input_fn_for_step,
+                            plan.output_dir, plan.rank, plan.num_train_steps, k)
 
 
 def evaluate(plan):
@@ -280,33 +270,19 @@ def evaluate(plan):
       plan.input_files, plan.max_seq_length, plan.max_predictions_per_seq,
       plan.eval_batch_size, is_training=False)
   result = make_estimator(plan).evaluate(input_fn=input_fn, steps=plan.max_eval_steps)
-  lines = ["%s = %s\n" % (key, result[key]) for key in sorted(result)]
-  LOG.info("eval results: %s", ", ".join(l.strip() for l in lines))
-  train_metrics.atomic_write_text(os.path.join(plan.output_dir, "eval_results.txt"),
-                                  "".join(lines))
+  train_metrics.write_eval_results(os.path.join(plan.output_dir, "eval_results.txt"),
+                                   result, "%d input files" % len(plan.input_files))
   return result
 
 
 def main(_):
   runtime = distributed.init(FLAGS.horovod_cycle_time_ms, FLAGS.intra_op_threads,
                              FLAGS.inter_op_threads, FLAGS.use_xla)
-  try:
-    plan = setup(FLAGS, runtime)
-    error = None
-  except ValueError as e:  # InputError, InputFileError, ConfigError, CheckpointError.
-    plan, error = None, str(e)
-  # Horovod: every rank learns every rank's input error before any collective.
-  errors = distributed.gather_errors(error)
-  if errors:
-    distributed.fail(error or errors[0], EXIT_BAD_INPUT)
-
-  # Horovod: rank 0 owns output_dir's results.
-  if plan.rank == 0:
-    # Results of an earlier run must not outlive a failure of this one.
-    for name in RESULT_FILES:
-      if tf.io.gfile.exists(os.path.join(plan.output_dir, name)):
-        tf.io.gfile.remove(os.path.join(plan.output_dir, name))
-  tf.io.gfile.makedirs(plan.work_dir)
+  # Horovod: a bad input on any rank (InputError, InputFileError, ConfigError,
+  # CheckpointError) ends every rank with exit 2 before any collective.
+  plan = distributed.plan_or_exit(setup, FLAGS, runtime)
+  distributed.prepare_output_dirs(plan.rank, plan.output_dir, plan.work_dir,
+                                  RESULT_FILES)
 
   if FLAGS.do_train:
     train(plan)

@@ -24,6 +24,18 @@ def atomic_write_text(path, text):
   os.replace(tmp, path)
 
 
+def write_eval_results(path, result, what):
+  """Writes an Estimator's eval `result` as Google's `key = value` lines and logs them.
+
+  Args:
+    path: the eval_results.txt to write. result: dict of metric name -> value.
+    what: a few words on what was evaluated, for the log line.
+  """
+  lines = ["%s = %s\n" % (key, result[key]) for key in sorted(result)]
+  LOG.info("eval results (%s): %s", what, ", ".join(l.strip() for l in lines))
+  atomic_write_text(path, "".join(lines))
+
+
 class ThroughputHook(tf.compat.v1.train.SessionRunHook):
   """Logs progress and measures throughput on one process (rank 0 by convention).
 
