@@ -35,7 +35,8 @@ def gather_indexes(sequence_tensor, positions):
     positions: int32 Tensor of shape [B, P], indices into the sequence axis.
 
   Returns:
-    float Tensor of shape [B * P, H], row b * P + p being sequence_tensor[b, positions[b, p]].
+    float Tensor of shape [B * P, H]: row b * P + p is
+    sequence_tensor[b, positions[b, p]].
   """
   shape = modeling.get_shape_list(sequence_tensor, expected_rank=3)
   batch_size, seq_length, width = shape

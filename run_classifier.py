@@ -143,7 +143,8 @@ def validate_flags(flags_obj):
 
 
 def check_checkpoint_matches(init_checkpoint, bert_config, num_labels):
-  """Raises an error if `init_checkpoint` is missing or its shapes differ from the model."""
+  """Raises modeling.CheckpointError if `init_checkpoint` is missing or its shapes
+  differ from the model's."""
   modeling.check_checkpoint_shapes(
       init_checkpoint, modeling.expected_checkpoint_shapes(bert_config, num_labels))
 

@@ -147,7 +147,8 @@ def validate_flags(flags_obj):
 
 
 def check_init_checkpoint(init_checkpoint, bert_config):
-  """Raises InputError unless `init_checkpoint` holds pretraining variables of this shape."""
+  """Raises modeling.CheckpointError unless `init_checkpoint` holds pretraining
+  variables (Google's or ours, or only bert/ ones) of this config's shapes."""
   modeling.check_checkpoint_shapes(
       init_checkpoint, pretraining_model.expected_checkpoint_shapes(bert_config))
 
