@@ -59,8 +59,9 @@ def get_masked_lm_output(bert_config, input_tensor, output_weights, positions, l
     label_ids: int32 Tensor of shape [B, P], the original token ids there.
     label_weights: float32 Tensor of shape [B, P], 1.0 for real predictions, 0.0 for
       padding.
-    compute_type: dtype of the transform and the [B * P, H] x [H, V] product (mixed
-      precision); the softmax and the loss are float32.
+    compute_type: mixed precision of the head, as modeling.BertModel's: tf.float16
+      runs the transform and the [B * P, H] x [H, V] product in float16,
+      tf.bfloat16 (CPU) only their matmuls; the softmax and the loss are float32.
     mean_over_processes: optional function, float32 scalar -> its mean over all
       processes. When given, the loss divides by the mean count of real
       predictions per process instead of this process's count: the average of the
@@ -75,17 +76,19 @@ def get_masked_lm_output(bert_config, input_tensor, output_weights, positions, l
   input_tensor = gather_indexes(input_tensor, positions)  # [B * P, H]
   with tf1.variable_scope("cls/predictions"):
     # A non-linear transform before the output layer, used only in pretraining.
+    activation_type = tf.float32 if compute_type == tf.bfloat16 else compute_type
     with tf1.variable_scope("transform"):
       input_tensor = modeling.dense(
-          tf.cast(input_tensor, compute_type), bert_config.hidden_size, "dense",
+          tf.cast(input_tensor, activation_type), bert_config.hidden_size, "dense",
           bert_config.initializer_range,
-          activation=modeling.get_activation(bert_config.hidden_act))
+          activation=modeling.get_activation(bert_config.hidden_act),
+          matmul_type=compute_type)
       input_tensor = modeling.layer_norm(input_tensor)
     # The output weights are the input embeddings; only a bias per token is new.
     output_bias = tf1.get_variable("output_bias", shape=[bert_config.vocab_size],
                                    initializer=tf1.zeros_initializer())
-    logits = tf.matmul(input_tensor, tf.cast(output_weights, compute_type),
-                       transpose_b=True)  # [B * P, V]
+    logits = modeling.matmul(input_tensor, output_weights, compute_type,
+                             transpose_b=True)  # [B * P, V]
     logits = tf.nn.bias_add(tf.cast(logits, tf.float32), output_bias)
     log_probs = tf.nn.log_softmax(logits, axis=-1)
 

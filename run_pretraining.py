@@ -201,7 +201,9 @@ def setup(flags_obj, runtime):
       optimizer_name=flags_obj.optimizer, seed=flags_obj.seed,
       shuffle_buffer=flags_obj.train_shuffle_buffer,
       init_checkpoint=flags_obj.init_checkpoint,
-      save_checkpoints_steps=flags_obj.save_checkpoints_steps,
+      # A checkpoint between two updates, never inside an accumulation window.
+      save_checkpoints_steps=distributed.checkpoint_interval(
+          flags_obj.save_checkpoints_steps, k),
       keep_checkpoint_max=flags_obj.keep_checkpoint_max,
       log_every_secs=flags_obj.log_every_secs,
       compute_type=distributed.choose_compute_type(flags_obj.use_amp,
