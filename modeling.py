@@ -10,6 +10,7 @@ import collections
 import copy
 import json
 import math
+import os
 import re
 
 import numpy as np
@@ -24,6 +25,10 @@ REQUIRED_CONFIG_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers",
 
 class ConfigError(ValueError):
   """A `bert_config.json` that is missing, unreadable or inconsistent."""
+
+
+class CheckpointError(ValueError):
+  """An `--init_checkpoint` that is missing, unreadable or of other shapes."""
 
 
 class BertConfig(object):
@@ -305,6 +310,16 @@ def get_assignment_map_from_checkpoint(tvars, init_checkpoint):
     initialized_variable_names[name] = 1
     initialized_variable_names[name + ":0"] = 1
   return (assignment_map, initialized_variable_names)
+
+
+def init_from_checkpoint(init_checkpoint):
+  """Initializes every trainable variable that `init_checkpoint` holds by name.
+
+  Variables the checkpoint lacks (a new head) keep their initializers.
+  """
+  (assignment_map, _) = get_assignment_map_from_checkpoint(tf1.trainable_variables(),
+                                                           init_checkpoint)
+  tf1.train.init_from_checkpoint(init_checkpoint, assignment_map)
 
 
 DROPOUT_RESOLUTION = 1 << 16  # Each element's keep/drop draw is a 16-bit integer.
@@ -698,6 +713,39 @@ def expected_checkpoint_shapes(config, num_labels=None):
     shapes["output_weights"] = (num_labels, h)
     shapes["output_bias"] = (num_labels,)
   return shapes
+
+
+def check_checkpoint_shapes(init_checkpoint, expected):
+  """Checks that `init_checkpoint` can initialize a model with variables `expected`.
+
+  Args:
+    init_checkpoint: checkpoint path (prefix of its .index file).
+    expected: dict of variable name -> shape, the model's (e.g.
+      `expected_checkpoint_shapes(config)`).
+
+  Raises:
+    CheckpointError: the checkpoint is missing or unreadable, holds none of the
+      `expected` variables, or holds one of them with another shape.
+  """
+  index = init_checkpoint + ".index"
+  if not (os.path.exists(index) or os.path.exists(init_checkpoint)):
+    raise CheckpointError("--init_checkpoint=%s: no such checkpoint (%s not found)" %
+                          (init_checkpoint, index))
+  try:
+    ckpt_shapes = dict(tf.train.list_variables(init_checkpoint))
+  except (tf.errors.OpError, ValueError) as e:
+    raise CheckpointError("--init_checkpoint=%s: cannot read (%s)" %
+                          (init_checkpoint, str(e).splitlines()[0]))
+  found = [name for name in expected if name in ckpt_shapes]
+  if not found:
+    raise CheckpointError("--init_checkpoint=%s: holds none of the BERT variables "
+                          "(e.g. %s)" % (init_checkpoint, next(iter(expected))))
+  for name in found:
+    if tuple(ckpt_shapes[name]) != tuple(expected[name]):
+      raise CheckpointError("--init_checkpoint=%s: variable %s has shape %s, the "
+                            "config needs %s" % (init_checkpoint, name,
+                                                 list(ckpt_shapes[name]),
+                                                 list(expected[name])))
 
 
 def count_parameters(config, include_embeddings=True):
