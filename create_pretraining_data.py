@@ -44,44 +44,49 @@ import tokenization
 
 FLAGS = flags.FLAGS
 
-# Required parameters
-flags.DEFINE_string(
-    "input_file", None,
-    "Input text file(s): a comma-separated list of paths or glob patterns.")
-flags.DEFINE_string(
-    "output_file", None,
-    "Output TFRecord file(s): a comma-separated list (one shard each), or one "
-    "path, which --num_output_shards > 1 turns into PATH-00000-of-0000N.")
-flags.DEFINE_string(
-    "vocab_file", None, "The vocabulary file that the BERT model was trained on.")
 
-# Other parameters
-flags.DEFINE_bool(
-    "do_lower_case", True,
-    "Whether to lower case the input text. Should be True for uncased models "
-    "and False for cased models.")
-flags.DEFINE_bool(
-    "do_whole_word_mask", False,
-    "Whether to mask all tokens of a whitespace-separated word together "
-    "instead of each token on its own.")
-flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.")
-flags.DEFINE_integer("max_predictions_per_seq", 20,
-                     "Maximum number of masked LM predictions per sequence.")
-flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.")
-flags.DEFINE_integer(
-    "dupe_factor", 10,
-    "Number of times to duplicate the input data (with different masks).")
-flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.")
-flags.DEFINE_float(
-    "short_seq_prob", 0.1,
-    "Probability of creating sequences which are shorter than the maximum "
-    "length.")
-flags.DEFINE_integer(
-    "num_output_shards", 1,
-    "Number of output files when --output_file is a single path.")
-flags.DEFINE_integer(
-    "num_workers", 1,
-    "Processes that build shards in parallel (does not change the output).")
+def define_flags():
+  """Defines this script's flags (only when run as a script, so that a program
+  or test importing it next to run_classifier.py sees no duplicate flags)."""
+  # Required parameters
+  flags.DEFINE_string(
+      "input_file", None,
+      "Input text file(s): a comma-separated list of paths or glob patterns.")
+  flags.DEFINE_string(
+      "output_file", None,
+      "Output TFRecord file(s): a comma-separated list (one shard each), or one "
+      "path, which --num_output_shards > 1 turns into PATH-00000-of-0000N.")
+  flags.DEFINE_string(
+      "vocab_file", None, "The vocabulary file that the BERT model was trained on.")
+
+  # Other parameters
+  flags.DEFINE_bool(
+      "do_lower_case", True,
+      "Whether to lower case the input text. Should be True for uncased models "
+      "and False for cased models.")
+  flags.DEFINE_bool(
+      "do_whole_word_mask", False,
+      "Whether to mask all tokens of a whitespace-separated word together "
+      "instead of each token on its own.")
+  flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.")
+  flags.DEFINE_integer("max_predictions_per_seq", 20,
+                       "Maximum number of masked LM predictions per sequence.")
+  flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.")
+  flags.DEFINE_integer(
+      "dupe_factor", 10,
+      "Number of times to duplicate the input data (with different masks).")
+  flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.")
+  flags.DEFINE_float(
+      "short_seq_prob", 0.1,
+      "Probability of creating sequences which are shorter than the maximum "
+      "length.")
+  flags.DEFINE_integer(
+      "num_output_shards", 1,
+      "Number of output files when --output_file is a single path.")
+  flags.DEFINE_integer(
+      "num_workers", 1,
+      "Processes that build shards in parallel (does not change the output).")
+
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions",
@@ -548,6 +553,7 @@ def main(_):
 
 
 if __name__ == "__main__":
+  define_flags()
   flags.mark_flag_as_required("input_file")
   flags.mark_flag_as_required("output_file")
   flags.mark_flag_as_required("vocab_file")
