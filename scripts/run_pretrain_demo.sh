@@ -16,11 +16,13 @@
 # (7) the n-gram baseline (data/baseline_ngram.py), (8) the summary, also written
 # to OUTPUT_DIR/pretrain_summary.txt.
 #
-# Caching: stages 3, 4, 6 and 7 are skipped when their result exists for the same
+# Caching: stages 3 to 7 are skipped when their result exists for the same
 # inputs and settings. The checkpoint lives in OUTPUT_DIR/pretrain-KEY, KEY being
 # a hash of the records (itself a hash of corpus.txt, vocab.txt and the record
 # settings), bert_config.json, the pretraining settings, the process count and
-# the flags after `--`; a re-run with the same settings only fine-tunes. An
+# the flags after `--`. So a re-run with other fine-tuning settings or --seeds
+# only fine-tunes, and the same command again redoes only stages 1 and 2 (seconds)
+# and prints the summary. An
 # interrupted pretraining resumes from its last checkpoint.
 #
 # Options (each also as an environment variable, e.g. NP=2 PRETRAIN_STEPS=100):
@@ -30,7 +32,8 @@
 #   --output_dir D            default output/pretrain-demo
 #   --force_pretrain          delete the cached checkpoint of these settings and
 #                             pretrain again
-#   Pretraining (the budget: about 60 minutes on 2 cores with the defaults):
+#   Pretraining (the defaults aim at about 60 minutes on 2 idle cores: 3000 steps
+#   of 2 x 64 sequences of 128 at ~110 sequences/sec):
 #   --pretrain_steps K        global steps (default 3000)
 #   --pretrain_batch B        sequences per process and step (default 64)
 #   --pretrain_lr R           peak learning rate of one process, scaled by N (default 1e-3)
