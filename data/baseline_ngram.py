@@ -81,6 +81,12 @@ def main(argv=None):
   parser.add_argument("--max_n", type=int, default=3)
   args = parser.parse_args(argv)
   try:
+    import sklearn  # pylint: disable=import-outside-toplevel,unused-import
+  except ImportError:
+    print("%s: error: needs scikit-learn, an optional dependency: install it with "
+          "`pip install -r requirements-extra.txt`" % PROG, file=sys.stderr)
+    return 2
+  try:
     c_values = [float(c) for c in args.c_values.split(",")]
     splits = {part: read_tsv(os.path.join(args.data_dir, part + ".tsv"))
               for part in ("train", "dev", "test")}

@@ -5,63 +5,32 @@
   python scripts/benchmark.py --independent     # + 2 plain 1x1 jobs at once (bound)
   python scripts/benchmark.py --gpu --settings 1,2,4 --extra_args="--use_xla --use_amp"
 
-For every setting PxT (P processes x T intra-op threads each; with --gpu just P,
-one GPU per process) it runs
+Every setting PxT (P processes x T intra-op threads; with --gpu just P, one GPU
+each) runs `horovodrun -np P --mpi|--gloo python run_classifier.py --do_train
+--max_train_steps=STEPS --intra_op_threads=T ...` --repeats times, interleaved
+(1x1, 1x2, 2x1, 1x1, ...), and keeps its fastest run. The task is generated: a
+vocab `[PAD] [UNK] [CLS] [SEP] [MASK] w0 w1 ...`, a bert_config.json from the
+flags, and train.tsv lines of random words that fill the whole sequence. Rates
+come from the train_metrics.json rank 0 writes (5 untimed warm-up steps).
 
-  horovodrun -np P --mpi python run_classifier.py --task_name=tsv --do_train
-      --train_batch_size=B --intra_op_threads=T --inter_op_threads=1
-      --max_train_steps=STEPS ...
+--independent also runs every CPU setting PxT with P > 1 as P plain `python
+run_classifier.py` jobs at once (no Horovod): their summed rate bounds PxT.
 
-(`--gloo` with --controller gloo; the default is MPI where Horovod has it and
-mpirun is on PATH, Gloo otherwise), --repeats times, interleaved (1x1, 1x2, 2x1,
-1x1, 1x2, 2x1), and keeps the fastest run of each setting, on a generated task (a vocab of --vocab_size tokens
-`[PAD] [UNK] [CLS] [SEP] [MASK] w0 w1 ...`, a bert_config.json from the flags, and train.tsv lines of random words
-that fill the whole sequence: random ids, no padding), then reads the
-train_metrics.json rank 0 writes (its ThroughputHook leaves out 5 warm-up steps).
+Matmul peaks (for MFU): subprocesses time float32 n x n matmuls (on GPU also
+bfloat16 and float16), one process alone and P at once. FLOPs and MFU are
+defined in scripts/benchmark_report.py; the subprocesses are started by
+scripts/benchmark_processes.py.
 
-With --independent, every CPU setting PxT with P > 1 is also run as P plain
-`python run_classifier.py` jobs of T threads started at the same time: no
-launcher, no Horovod communication. Their summed examples/sec is what P processes
-get from this machine when they only compete for cores, caches and memory: the
-bound of PxT's scaling efficiency, and of how far PxT can beat 1x(P*T).
-
-Model FLOPs per training example (sequence length S, L layers, hidden H,
-intermediate I):
-
-  N_mm   = L * (4*H^2 + 2*H*I)      weights of the encoder matmuls (query, key,
-                                    value, attention output, FFN in, FFN out)
-  fwd    = 2 * N_mm * S             dense layers (a multiply and an add per weight
-                                    per token)
-         + 4 * L * S^2 * H          attention: Q.K^T and probs.V, 2*S^2*H each
-  train  = 3 * fwd                  backward = 2x forward
-         = 6 * N_mm * S + 12 * L * S^2 * H
-
-Not counted: the embedding lookups (gathers, no matmul), biases, LayerNorm,
-softmax, GELU, dropout, the optimizer update, and the pooler (2*H^2 per example,
-on the [CLS] token only) and classifier (2*H*labels): these are negligible (the
-pooler is ~1/(S*L*(2+I/H)) of the dense FLOPs; the JSON records its share).
-
-Matmul peaks: a subprocess times float32 n x n matmuls (TF, intra-op threads T set
-before any op; best of --peak_repeats windows of --peak_secs), in TFLOP/s = 2*n^3 /
-time. Per-process MFU divides a process's achieved model TFLOP/s by the peak of ONE
-process at T threads running alone. For P > 1, P such subprocesses also run at once
-(synchronized start) and their summed rate is the aggregate peak of the machine
-for that setting; "global MFU" divides the job's TFLOP/s by it. With --gpu the
-peaks are GPU matmuls in float32 (TF's default, TF32 allowed), bfloat16 and float16.
-
-Writes a markdown table to stdout and all raw numbers, the configuration and the
-machine (cores, CPU model, TF version) to --json_out (default
-<work_dir>/benchmark.json).
+Prints a markdown table; writes every raw number, the configuration and the
+machine to --json_out (default <work_dir>/benchmark.json).
 """
 
 import argparse
 import json
 import os
-import platform
 import random
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -69,13 +38,16 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from benchmark_processes import (  # pylint: disable=wrong-import-position
+    BenchmarkError, log, measure_matmul_peak, run_jobs, worker_env)
+from benchmark_report import (  # pylint: disable=wrong-import-position
+    combine_independent, comparisons, derive, flops_report, format_table, machine_info,
+    peak_key, setting_name, train_flops_per_example)
+from train_metrics import atomic_write_text  # pylint: disable=wrong-import-position
+
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WARMUP_STEPS = 5  # train_metrics.ThroughputHook's default; excluded from timing.
-STDERR_TAIL_LINES = 20
-
-
-class BenchmarkError(RuntimeError):
-  """A problem that ends the benchmark with one clear message."""
 
 
 # ----------------------------------------------------------------------------
@@ -95,10 +67,8 @@ def parse_args(argv=None):
                  help="Training steps per run, including %d untimed warm-up steps "
                  "(the default benchmark takes ~7 min on 2 idle cores)." % WARMUP_STEPS)
   p.add_argument("--repeats", type=int, default=2,
-                 help="Runs of every setting, interleaved (1x1, 1x2, 2x1, 1x1, ...); "
-                 "each setting reports its fastest run and the JSON keeps all. A "
-                 "shared machine drifts by 5-10%% over minutes: interleaving and "
-                 "best-of keep that out of the comparison between settings.")
+                 help="Runs of every setting, interleaved; the fastest counts (keeps "
+                 "a shared machine's drift out of the comparison).")
   p.add_argument("--batch", type=int, default=16, help="Batch size per process.")
   p.add_argument("--num_hidden_layers", type=int, default=6)
   p.add_argument("--hidden_size", type=int, default=384)
@@ -128,15 +98,12 @@ def parse_args(argv=None):
   p.add_argument("--skip_peak", action="store_true",
                  help="Do not measure matmul peaks (no MFU columns).")
   p.add_argument("--independent", action="store_true",
-                 help="Also run every CPU setting PxT with P > 1 as P independent "
-                 "single-process jobs of T threads at the same time (plain python, "
-                 "no Horovod communication). Their summed rate is what P processes "
-                 "reach on this machine if Horovod cost nothing: the bound of PxT's "
-                 "scaling, and of PxT vs 1x(P*T).")
+                 help="Also run every CPU setting PxT with P > 1 as P plain "
+                 "single-process jobs at once: the rate PxT would reach if Horovod "
+                 "cost nothing.")
   p.add_argument("--controller", choices=["auto", "gloo", "mpi"], default="auto",
-                 help="How horovodrun connects the processes: 'mpi' (horovodrun --mpi, "
-                 "Open MPI's shared memory on one host) or 'gloo' (TCP); 'auto' = mpi "
-                 "when Horovod was built with MPI and mpirun is on PATH, else gloo.")
+                 help="horovodrun --mpi or --gloo; auto = mpi when Horovod was built "
+                 "with MPI and mpirun is on PATH, else gloo.")
   p.add_argument("--horovodrun", default=None,
                  help="horovodrun executable (default: on PATH or next to python).")
   p.add_argument("--script", default=os.path.join(ROOT, "run_classifier.py"),
@@ -192,11 +159,6 @@ def parse_settings(text, gpu):
   if not settings:
     raise BenchmarkError("--settings: no setting given")
   return settings
-
-
-def setting_name(processes, threads):
-  """'2x1' for CPU settings, '2' for GPU ones (threads == 0)."""
-  return "%dx%d" % (processes, threads) if threads else "%d" % processes
 
 
 def validate_args(args):
@@ -278,191 +240,7 @@ def default_num_examples(args, settings):
 
 
 # ----------------------------------------------------------------------------
-# FLOPs
-
-
-def encoder_matmul_params(config):
-  """Weights of the encoder's matmul kernels: L * (4*H^2 + 2*H*I).
-
-  Counted from modeling.expected_checkpoint_shapes (kernels under bert/encoder/),
-  so it follows the model code rather than a copy of the formula.
-  """
-  import numpy as np  # pylint: disable=import-outside-toplevel
-  import modeling  # pylint: disable=import-outside-toplevel
-  return sum(int(np.prod(shape))
-             for name, shape in modeling.expected_checkpoint_shapes(config).items()
-             if name.startswith("bert/encoder/") and name.endswith("/kernel"))
-
-
-def train_flops_per_example(config, seq_length):
-  """Model FLOPs of one training example (3x forward); see the module docstring.
-
-  Args:
-    config: modeling.BertConfig (or any object with its attributes).
-    seq_length: int, tokens per example (S).
-
-  Returns:
-    dict with matmul_params (N_mm), forward_dense, forward_attention,
-    forward_total, train_total (= 6*N_mm*S + 12*L*S^2*H) and pooler_share.
-  """
-  n_mm = encoder_matmul_params(config)
-  s, l, h = seq_length, config.num_hidden_layers, config.hidden_size
-  dense = 2 * n_mm * s
-  attention = 2 * 2 * s * s * h * l
-  forward = dense + attention
-  return {
-      "matmul_params": n_mm, "forward_dense": dense, "forward_attention": attention,
-      "forward_total": forward, "train_total": 3 * forward,
-      "pooler_share": (2 * h * h) / float(forward),
-  }
-
-
-def flops_report(config, seq_length, flops):
-  """Human-readable lines of the FLOPs formula with this config's numbers."""
-  s, l, h, i = (seq_length, config.num_hidden_layers, config.hidden_size,
-                config.intermediate_size)
-  return [
-      "model FLOPs per training example = 6 * N_mm * S + 12 * L * S^2 * H",
-      "  N_mm = L * (4*H^2 + 2*H*I) = %d * (4*%d^2 + 2*%d*%d) = %d encoder matmul "
-      "weights" % (l, h, h, i, flops["matmul_params"]),
-      "  S=%d L=%d H=%d: 6*N_mm*S = %.4g, 12*L*S^2*H = %.4g, total %.4g FLOPs "
-      "(%.3f GFLOP)" % (s, l, h, 3 * flops["forward_dense"],
-                        3 * flops["forward_attention"], flops["train_total"],
-                        flops["train_total"] / 1e9),
-      "  not counted: embeddings (gathers), biases, LayerNorm, softmax, GELU, "
-      "optimizer; pooler + classifier are negligible (pooler %.3f%% of forward)" %
-      (100 * flops["pooler_share"]),
-  ]
-
-
-# ----------------------------------------------------------------------------
 # Matmul peaks (subprocesses)
-
-MATMUL_WORKER = r"""
-import json, os, sys, time
-spec = json.loads(sys.argv[1])
-import tensorflow as tf
-if spec["threads"]:
-  tf.config.threading.set_intra_op_parallelism_threads(spec["threads"])
-  tf.config.threading.set_inter_op_parallelism_threads(1)
-dtype = getattr(tf, spec["dtype"])
-n = spec["n"]
-with tf.device(spec["device"]):
-  a = tf.cast(tf.random.normal((n, n), seed=1), dtype)
-  b = tf.cast(tf.random.normal((n, n), seed=2), dtype)
-  def batch(k):
-    c = None
-    for _ in range(k):
-      c = tf.matmul(a, b)
-    return float(tf.cast(c[0, 0], tf.float32).numpy())  # waits for the device
-  batch(2)
-  t0 = time.perf_counter()
-  batch(1)
-  one = max(time.perf_counter() - t0, 1e-6)
-  k = max(1, int(0.05 / one))  # about 50 ms between synchronizations
-  open(os.path.join(spec["sync_dir"], "ready-%d" % spec["index"]), "w").close()
-  deadline = time.time() + 600
-  while not os.path.exists(os.path.join(spec["sync_dir"], "go")):
-    if time.time() > deadline:
-      sys.exit("matmul worker: no start signal")
-    time.sleep(0.005)
-  rates = []
-  for _ in range(spec["repeats"]):
-    count, t0 = 0, time.perf_counter()
-    while True:
-      batch(k)
-      count += k
-      elapsed = time.perf_counter() - t0
-      if elapsed >= spec["secs"]:
-        break
-    rates.append(2.0 * n ** 3 * count / elapsed / 1e12)
-print("MATMUL_RESULT " + json.dumps({"rates_tflops": rates, "tf_version": tf.__version__,
-      "gpus": [d.name for d in tf.config.list_physical_devices("GPU")]}))
-"""
-
-
-def worker_env(gpu, index, threads):
-  """Environment of a training run or matmul worker (CPU runs hide GPUs)."""
-  env = dict(os.environ)
-  env["PYTHONUNBUFFERED"] = "1"
-  if gpu:
-    if index is not None:
-      env["CUDA_VISIBLE_DEVICES"] = str(index)
-  else:
-    env["CUDA_VISIBLE_DEVICES"] = ""
-    if threads:
-      env["OMP_NUM_THREADS"] = str(threads)
-  return env
-
-
-def measure_matmul_peak(processes, threads, n, dtype, gpu, secs, repeats, timeout=900):
-  """Runs `processes` matmul workers at once; returns their per-window rates.
-
-  Every worker warms up, then all start timing together (a file signal). With
-  gpu, worker i sees only GPU i.
-
-  Returns:
-    dict: per_process_best (best window of each worker), aggregate_best (the best
-    window's sum over workers), tf_version, gpus.
-  """
-  sync_dir = tempfile.mkdtemp(prefix="bench-matmul-")
-  procs = []
-  try:
-    for i in range(processes):
-      spec = {"n": n, "threads": threads, "dtype": dtype, "secs": secs,
-              "repeats": repeats, "index": i, "sync_dir": sync_dir,
-              "device": "/GPU:0" if gpu else "/CPU:0"}
-      # stderr goes to a file: TF's log lines must not fill a pipe nobody reads yet.
-      with open(os.path.join(sync_dir, "stderr-%d" % i), "w") as err:
-        procs.append(subprocess.Popen(
-            [sys.executable, "-c", MATMUL_WORKER, json.dumps(spec)],
-            env=worker_env(gpu, i if gpu else None, threads), stdout=subprocess.PIPE,
-            stderr=err, text=True, start_new_session=True))
-    wait_for_ready(procs, sync_dir, timeout)
-    open(os.path.join(sync_dir, "go"), "w").close()
-    results = [collect_worker(p, i, sync_dir, timeout) for i, p in enumerate(procs)]
-  finally:
-    for p in procs:
-      if p.poll() is None:
-        kill_group(p)
-    shutil.rmtree(sync_dir, ignore_errors=True)
-  windows = list(zip(*[r["rates_tflops"] for r in results]))
-  return {"processes": processes, "threads": threads, "dtype": dtype, "n": n,
-          "per_process_best": [max(r["rates_tflops"]) for r in results],
-          "aggregate_best": max(sum(w) for w in windows),
-          "windows_tflops": [list(w) for w in windows],
-          "tf_version": results[0]["tf_version"], "gpus": results[0]["gpus"]}
-
-
-def wait_for_ready(procs, sync_dir, timeout):
-  """Waits until every matmul worker has warmed up; raises if one died."""
-  deadline = time.time() + timeout
-  while True:
-    ready = sum(os.path.exists(os.path.join(sync_dir, "ready-%d" % i))
-                for i in range(len(procs)))
-    if ready == len(procs):
-      return
-    for i, p in enumerate(procs):
-      if p.poll() is not None:
-        collect_worker(p, i, sync_dir, timeout)  # raises with its stderr
-    if time.time() > deadline:
-      raise BenchmarkError("matmul workers not ready after %ds" % timeout)
-    time.sleep(0.05)
-
-
-def collect_worker(proc, index, sync_dir, timeout):
-  """The JSON result line of matmul worker `index`, or a BenchmarkError."""
-  try:
-    out, _ = proc.communicate(timeout=timeout)
-  except subprocess.TimeoutExpired:
-    kill_group(proc)
-    raise BenchmarkError("matmul worker timed out after %ds" % timeout)
-  for line in out.splitlines():
-    if line.startswith("MATMUL_RESULT "):
-      return json.loads(line[len("MATMUL_RESULT "):])
-  err = read_text(os.path.join(sync_dir, "stderr-%d" % index))
-  raise BenchmarkError("matmul worker failed (exit code %s); last lines of its "
-                       "stderr:\n%s" % (proc.returncode, tail(err)))
 
 
 def measure_peaks(settings, args):
@@ -484,12 +262,6 @@ def measure_peaks(settings, args):
       peaks[key] = measure_matmul_peak(p, t, args.matmul_n, dtype, args.gpu,
                                        args.peak_secs, args.peak_repeats)
   return peaks
-
-
-def peak_key(processes, threads):
-  """Key of a peak measurement in the results: 'T2', 'P2xT1', 'GPU', 'P2xGPU'."""
-  unit = "T%d" % threads if threads else "GPU"
-  return unit if processes == 1 else "P%dx%s" % (processes, unit)
 
 
 # ----------------------------------------------------------------------------
@@ -558,76 +330,6 @@ def script_command(args, paths, threads, output_dir):
   return cmd + args.extra_args.split()
 
 
-def run_jobs(cmds, run_dirs, env, timeout):
-  """Runs training jobs at the same time, each logging in its run_dir.
-
-  Returns (wall seconds until the last ended, [metrics dict of each job]). Raises
-  BenchmarkError (exit code, last lines of stderr) if one fails, times out or
-  writes no run_dir/output/train_metrics.json; the others are then killed.
-  """
-  t0 = time.time()
-  procs, files = [], []
-  try:
-    for cmd, run_dir in zip(cmds, run_dirs):
-      out = open(os.path.join(run_dir, "stdout.log"), "w")
-      err = open(os.path.join(run_dir, "stderr.log"), "w")
-      files += [out, err]
-      procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=out, stderr=err,
-                                    start_new_session=True))
-    codes = []
-    for proc in procs:
-      try:
-        codes.append(proc.wait(timeout=max(1.0, t0 + timeout - time.time())))
-      except subprocess.TimeoutExpired:
-        kill_group(proc)
-        codes.append("timeout after %ds" % timeout)
-  finally:
-    for proc in procs:
-      if proc.poll() is None:
-        kill_group(proc)
-    for f in files:
-      f.close()
-  wall = time.time() - t0
-  metrics = []
-  for cmd, run_dir, code in zip(cmds, run_dirs, codes):
-    metrics_path = os.path.join(run_dir, "output", "train_metrics.json")
-    if code != 0 or not os.path.isfile(metrics_path):
-      raise job_error(cmd, run_dir, code)
-    with open(metrics_path) as f:
-      metrics.append(json.load(f))
-  return wall, metrics
-
-
-def job_error(cmd, run_dir, code):
-  """The BenchmarkError of a failed job: exit code(s), command, its stderr's tail."""
-  stderr_path = os.path.join(run_dir, "stderr.log")
-  text = read_text(stderr_path) or read_text(os.path.join(run_dir, "stdout.log"))
-  worker_lines, worker_code = split_launcher_output(text)
-  return BenchmarkError(
-      "training run failed (exit code %s%s%s): %s\nlast %d lines of the "
-      "processes' stderr (all of it in %s):\n%s" % (
-          code, "; first failed process exited with %s" % worker_code
-          if worker_code else "", "" if code != 0 else ", but no train_metrics.json",
-          " ".join(cmd), STDERR_TAIL_LINES, stderr_path,
-          tail("\n".join(worker_lines) if worker_lines else text)))
-
-
-def split_launcher_output(text):
-  """(lines the ranks wrote to stderr, exit code horovodrun reports or None).
-
-  horovodrun prefixes each rank's stderr line with `[rank]<stderr>:` (Gloo) or
-  `[job,rank]<stderr>:` (MPI) and, when a rank fails, reports `Exit code: N`.
-  """
-  worker, code = [], None
-  for line in text.splitlines():
-    match = re.match(r"^\[\d+(,\d+)?\]<stderr>:", line)
-    if match:
-      worker.append(line)
-    elif line.strip().startswith("Exit code:"):
-      code = line.split(":", 1)[1].strip()
-  return worker, code
-
-
 def fresh_run_dir(args, name, repeat):
   """An empty <work_dir>/runs/<name>[-run<repeat+1>] (spaces in name become '-')."""
   run_dir = os.path.join(args.work_dir, "runs", name.replace(" ", "-") + (
@@ -679,28 +381,6 @@ def run_independent(args, paths, processes, threads, repeat=0):
           "run_dir": run_dir, "metrics": metrics}
 
 
-def combine_independent(jobs):
-  """The metrics of independent jobs run at once, as if one job of len(jobs) processes."""
-  rate = sum(m["examples_per_sec_global"] for m in jobs)
-  starts = [m["timed_start_unix"] for m in jobs]
-  ends = [m["timed_end_unix"] for m in jobs]
-  mean_window = sum(e - s for s, e in zip(starts, ends)) / len(jobs)
-  overlap = max(0.0, min(ends) - max(starts)) / mean_window if mean_window > 0 else 0.0
-
-  def mean(key):
-    return sum(m[key] for m in jobs) / len(jobs)
-
-  return {"processes": len(jobs), "threads_per_process": jobs[0]["threads_per_process"],
-          "per_process_batch": jobs[0]["per_process_batch"],
-          "global_batch": sum(m["global_batch"] for m in jobs),
-          "steps_timed": min(m["steps_timed"] for m in jobs),
-          "examples_per_sec_global": rate,
-          "examples_per_sec_per_process": rate / len(jobs),
-          "step_time_p50_s": mean("step_time_p50_s"),
-          "step_time_p90_s": mean("step_time_p90_s"),
-          "timed_overlap": overlap, "jobs": jobs}
-
-
 def run_all_settings(horovodrun, args, paths, settings):
   """Runs every setting args.repeats times, interleaved; returns the fastest of each.
 
@@ -731,207 +411,8 @@ def run_all_settings(horovodrun, args, paths, settings):
   return best
 
 
-def kill_group(proc):
-  """Kills a child started with start_new_session=True and its process group."""
-  try:
-    os.killpg(proc.pid, signal.SIGKILL)
-  except (ProcessLookupError, PermissionError):
-    pass
-  proc.wait()
-
-
 # ----------------------------------------------------------------------------
-# Derived numbers and output
-
-
-def derive(runs, peaks, flops_per_example, gpu):
-  """Adds achieved TFLOP/s, MFU and scaling to every run record (in place).
-
-  A Horovod run with an independent counterpart (same P and T) also gets
-  "share_of_independent": its rate over the independent jobs' summed rate.
-  """
-  rate = {(r["processes"], r["threads"]): r["metrics"]["examples_per_sec_global"]
-          for r in runs if not r.get("independent")}
-  bound = {(r["processes"], r["threads"]): r["metrics"]["examples_per_sec_global"]
-           for r in runs if r.get("independent")}
-  for r in runs:
-    p, t = r["processes"], r["threads"]
-    m = r["metrics"]
-    d = {"achieved_tflops_global": m["examples_per_sec_global"] * flops_per_example / 1e12,
-         "achieved_tflops_per_process":
-             m["examples_per_sec_per_process"] * flops_per_example / 1e12}
-    base = rate.get((1, t))
-    if p == 1 and t and (1, 1) in rate and rate[(1, 1)] > 0:
-      d["speedup_vs_1x1"] = m["examples_per_sec_global"] / rate[(1, 1)]
-    if p > 1 and base:
-      d["scaling_efficiency"] = m["examples_per_sec_global"] / (p * base)
-    if not r.get("independent") and bound.get((p, t)):
-      d["share_of_independent"] = m["examples_per_sec_global"] / bound[(p, t)]
-    for suffix in ([""] + (["-bfloat16", "-float16"] if gpu else [])):
-      one = peaks.get(peak_key(1, t) + suffix)
-      if one:
-        d["per_process_mfu" + suffix] = (d["achieved_tflops_per_process"] /
-                                         max(one["per_process_best"]))
-      agg = peaks.get(peak_key(p, t) + suffix)
-      if agg:
-        d["global_mfu" + suffix] = d["achieved_tflops_global"] / agg["aggregate_best"]
-    r["derived"] = d
-  return runs
-
-
-def comparisons(runs):
-  """Lines comparing equal-core settings: Px1 vs 1x1 (efficiency), Px1 vs 1xP.
-
-  With independent runs: Px1 as a share of P independent 1x1 jobs, and those
-  jobs vs 1xP (the most any Px1 could beat 1xP by on this machine).
-  """
-  by = {(r["processes"], r["threads"]): r for r in runs if not r.get("independent")}
-  bound = {(r["processes"], r["threads"]): r for r in runs if r.get("independent")}
-  lines = []
-  for (p, t), r in sorted(by.items()):
-    if t != 1 or p == 1:
-      continue
-    g = r["metrics"]["examples_per_sec_global"]
-    if (1, 1) in by:
-      lines.append("%dx1 vs 1x1 scaling efficiency: %.1f%% (%.2f vs %d x %.2f "
-                   "examples/sec)" % (p, 100 * r["derived"]["scaling_efficiency"], g, p,
-                                      by[(1, 1)]["metrics"]["examples_per_sec_global"]))
-    if (1, p) in by:
-      other = by[(1, p)]["metrics"]["examples_per_sec_global"]
-      lines.append("%dx1 vs 1x%d speedup (same cores): %.2fx (%.2f vs %.2f "
-                   "examples/sec)" % (p, p, g / other, g, other))
-    if (p, t) in bound:
-      ind = bound[(p, t)]["metrics"]
-      lines.append("%dx1 vs %d independent 1x1 jobs at once (no communication): %.1f%% "
-                   "(%.2f vs %.2f examples/sec; timed windows overlap %.0f%%)" % (
-                       p, p, 100 * g / ind["examples_per_sec_global"], g,
-                       ind["examples_per_sec_global"], 100 * ind["timed_overlap"]))
-      if (1, p) in by:
-        other = by[(1, p)]["metrics"]["examples_per_sec_global"]
-        lines.append("%d independent 1x1 jobs vs 1x%d: %.2fx (the most %dx1 could "
-                     "reach against 1x%d here)" % (
-                         p, p, ind["examples_per_sec_global"] / other, p, p))
-  return lines
-
-
-def pct(value):
-  return "%.1f%%" % (100 * value) if value is not None else "n/a"
-
-
-def scaling_cell(r):
-  """Scaling-efficiency cell: efficiency for P>1, speedup for 1xT, baseline 1x1."""
-  d = r["derived"]
-  if r["processes"] > 1:
-    return pct(d.get("scaling_efficiency")) + (
-        " (%s of independent)" % pct(d["share_of_independent"])
-        if "share_of_independent" in d else "")
-  if r["threads"] <= 1:
-    return "1.00 (baseline)"
-  return "speedup %.2fx" % d["speedup_vs_1x1"] if "speedup_vs_1x1" in d else "n/a"
-
-
-def format_table(runs, peaks, gpu):
-  """The results as a markdown table (plus a table of the matmul peaks)."""
-  head = ["processes" if gpu else "processes x threads", "global examples/sec",
-          "per-process examples/sec",
-          "scaling efficiency vs 1" if gpu else
-          "scaling efficiency vs 1x1 (PxT: vs P x 1xT; 1xT: speedup)",
-          "step p50 (s)", "achieved TFLOP/s (global)",
-          "per-process MFU (%% of 1-process %s peak)" % ("fp32" if gpu else "T-thread"),
-          "global MFU (% of P-process aggregate peak)"]
-  if gpu:
-    head += ["per-process MFU vs bf16 peak", "per-process MFU vs fp16 peak"]
-  rows = []
-  for r in runs:
-    m, d = r["metrics"], r["derived"]
-    row = [r["setting"], "%.2f" % m["examples_per_sec_global"],
-           "%.2f" % m["examples_per_sec_per_process"], scaling_cell(r),
-           "%.3f" % m["step_time_p50_s"], "%.4f" % d["achieved_tflops_global"],
-           pct(d.get("per_process_mfu")), pct(d.get("global_mfu"))]
-    if gpu:
-      row += [pct(d.get("per_process_mfu-bfloat16")), pct(d.get("per_process_mfu-float16"))]
-    rows.append(row)
-  lines = markdown(head, rows)
-  if peaks:
-    lines += [""] + markdown(
-        ["matmul peak", "processes", "threads each", "dtype", "n",
-         "per-process TFLOP/s (best)", "aggregate TFLOP/s"],
-        [[k, str(v["processes"]), str(v["threads"] or "GPU"), v["dtype"], str(v["n"]),
-          ", ".join("%.4f" % x for x in v["per_process_best"]),
-          "%.4f" % v["aggregate_best"]] for k, v in peaks.items()])
-  return lines
-
-
-def markdown(head, rows):
-  """Lines of a markdown table."""
-  lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-  return lines + ["| " + " | ".join(row) + " |" for row in rows]
-
-
-def machine_info(peaks):
-  """Cores, CPU model, load, Python/TF/Horovod versions (TF from a peak worker)."""
-  info = {"nproc": os.cpu_count(), "platform": platform.platform(),
-          "python": platform.python_version(), "cpu_model": cpu_model(),
-          "loadavg": list(os.getloadavg())}
-  try:
-    info["usable_cores"] = len(os.sched_getaffinity(0))
-  except AttributeError:
-    pass
-  try:
-    from importlib import metadata  # pylint: disable=import-outside-toplevel
-    info["horovod_version"] = metadata.version("horovod")
-  except Exception:  # pylint: disable=broad-except
-    info["horovod_version"] = None
-  if peaks:
-    first = next(iter(peaks.values()))
-    info["tf_version"], info["gpus"] = first["tf_version"], first["gpus"]
-  else:
-    import tensorflow as tf  # pylint: disable=import-outside-toplevel
-    info["tf_version"] = tf.__version__
-  return info
-
-
-def cpu_model():
-  """The 'model name' of /proc/cpuinfo, or platform.processor()."""
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or "unknown"
-
-
-def tail(text, n=STDERR_TAIL_LINES):
-  """The last n lines of text, indented."""
-  lines = (text or "").rstrip("\n").splitlines()[-n:]
-  return "\n".join("    " + l for l in lines) if lines else "    (empty)"
-
-
-def read_text(path):
-  try:
-    with open(path, errors="replace") as f:
-      return f.read()
-  except OSError:
-    return ""
-
-
-def log(message):
-  sys.stderr.write("[benchmark] %s\n" % message)
-  sys.stderr.flush()
-
-
-def write_json(path, data):
-  """Writes data as JSON through a temporary file and a rename."""
-  tmp = path + ".tmp-%d" % os.getpid()
-  with open(tmp, "w") as f:
-    json.dump(data, f, indent=2)
-    f.write("\n")
-  os.replace(tmp, path)
-
-
-# ----------------------------------------------------------------------------
+# The whole benchmark
 
 
 def run_benchmark(args):
@@ -976,7 +457,7 @@ def run_benchmark(args):
       "total_wall_s": time.time() - t_start,
   }
   results["table"] = format_table(runs, peaks, args.gpu)
-  write_json(args.json_out, results)
+  atomic_write_text(args.json_out, json.dumps(results, indent=2) + "\n")
   return results
 
 

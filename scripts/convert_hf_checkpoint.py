@@ -125,7 +125,12 @@ def load_hf_model(model_dir):
     raise ConversionError("%s: cannot read (%s)" % (paths["config.json"], e))
   if not isinstance(hf_config, dict):
     raise ConversionError("%s: expected a JSON object" % paths["config.json"])
-  from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
+  try:
+    from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    raise ConversionError("reading model.safetensors needs the safetensors package: "
+                          "install it with `pip install -r requirements.txt` "
+                          "(or `pip install safetensors==0.4.5`)")
   try:
     tensors = load_file(paths["model.safetensors"])
   except Exception as e:  # pylint: disable=broad-except

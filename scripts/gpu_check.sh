@@ -7,7 +7,7 @@
 #   VENV=/path/venv STEPS=40 bash scripts/gpu_check.sh
 #
 # The GPU environment is a separate venv (.venv-gpu) with tensorflow[and-cuda]
-# 2.15.1 (CUDA 12.2 / cuDNN 8.9 wheels) and Horovod built with TensorFlow and
+# 2.15.1 (CUDA 12.2 / cuDNN 8.9 wheels) and Horovod built with TensorFlow, MPI and
 # Gloo. One GPU needs no NCCL; for multi-GPU jobs build Horovod with
 # HOROVOD_GPU_OPERATIONS=NCCL (see README, "GPUs").
 set -euo pipefail

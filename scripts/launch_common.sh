@@ -1,27 +1,88 @@
-# Shell helpers shared by scripts/run_horovodrun.sh and scripts/run_mpirun.sh
-# (sourced, not run). Expects ROOT (the repository root) to be set.
+# The launcher core, sourced (not run) by every script in scripts/ that starts
+# or prepares a job: run_demo.sh, run_horovodrun.sh, run_mpirun.sh, slurm.sbatch,
+# setup.sh. It sets ROOT (the repository root, the folder above this file) and
+# PROG (the calling script's name), and gives each script the same usage, error,
+# quoting, interpreter and dry-run behaviour.
 
-# Prints the comment block at the top of the calling script.
-usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; }
-# One error line, a hint, exit 2 (bad usage).
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PROG="$(basename "$0")"
+
+# Prints the comment block at the top of the calling script (up to `set -euo
+# pipefail`, without #SBATCH directives), without the leading '# '.
+usage() {
+  sed -n '2,/^set -euo/p' "$0" | sed '$d' | grep -v '^##*SBATCH' | sed 's/^# \{0,1\}//' \
+    | sed '/./,$!d'  # from the first non-empty line
+}
+
+# One error line and a hint on stderr, exit 2 (bad usage or bad input).
 die() {
-  local name
-  name="$(basename "$0")"
-  echo "$name: error: $*" >&2
-  echo "run 'scripts/$name --help' for usage" >&2
+  echo "$PROG: error: $*" >&2
+  echo "run 'scripts/$PROG --help' for usage" >&2
   exit 2
 }
-# Shell-quotes each word only where needed (for --dry_run output).
+
+# Prints its arguments as one shell command, quoting each word only where needed.
 quote() {
   local out=() a
   for a in "$@"; do
-    if [[ "$a" =~ ^[A-Za-z0-9_./:=,@%+-]+$ ]]; then out+=("$a"); else out+=("'${a//\'/\'\\\'\'}'"); fi
+    if [[ "$a" =~ ^[A-Za-z0-9_./:=,@%+-]+$ ]]; then
+      out+=("$a")
+    else
+      out+=("'${a//\'/\'\\\'\'}'")
+    fi
   done
   echo "${out[*]}"
 }
-# `need "$@"` inside the option loop: the option in $1 must have a value in $2.
+
+# `need "$@"` inside an option loop: the option in $1 must have a value in $2.
 need() { [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"; }
+
+# `positive NAME VALUE`: VALUE must be a whole number of at least 1.
+positive() { [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "$1 must be a positive integer, got '$2'"; }
+
 # The interpreter: the repository's .venv if present, else python3.
 default_python() {
   if [ -x "$ROOT/.venv/bin/python" ]; then echo "$ROOT/.venv/bin/python"; else echo python3; fi
+}
+
+# `launch [--group] CMD...`: with DRY_RUN=1 prints the command and exits 0.
+# Otherwise replaces this shell with CMD, so that a signal sent to the script
+# reaches the launcher itself (mpirun, horovodrun over Gloo: each ends its ranks on
+# SIGINT, SIGTERM and SIGKILL). With --group, runs CMD with run_child instead and
+# exits with its status: for `horovodrun` over MPI, which replaces itself with
+# `/bin/sh -c "mpirun ..."`, so that a signal to its pid alone ends only the shell
+# and leaves mpirun and the ranks training.
+launch() {
+  local group=0 rc=0
+  if [ "${1:-}" = --group ]; then group=1; shift; fi
+  if [ "${DRY_RUN:-0}" = 1 ]; then
+    quote "$@"
+    exit 0
+  fi
+  export PYTHONUNBUFFERED="${PYTHONUNBUFFERED:-1}"
+  [ "$group" = 1 ] || exec "$@"
+  run_child "$@" || rc=$?
+  exit "$rc"
+}
+
+# `run_child CMD...`: runs CMD in a process group of its own and passes SIGINT and
+# SIGTERM on to that whole group as SIGTERM (bash would otherwise end alone and
+# leave the job running); returns CMD's exit status. SIGKILL cannot be passed on.
+run_child() {
+  local child rc=0
+  if command -v setsid >/dev/null 2>&1; then
+    setsid -w "$@" &  # not a group leader, so setsid execs CMD: $! leads the group
+  else
+    "$@" &
+  fi
+  child=$!
+  trap 'kill -TERM -- "-$child" 2>/dev/null || kill -TERM "$child" 2>/dev/null || true' \
+    INT TERM
+  wait "$child" || rc=$?
+  while kill -0 "$child" 2>/dev/null; do  # woken by a signal: wait for the real end
+    rc=0
+    wait "$child" || rc=$?
+  done
+  trap - INT TERM
+  return "$rc"
 }

@@ -9,81 +9,124 @@
 # Options (each also as an environment variable, e.g. NP=2 EPOCHS=3):
 #   --np N               processes (default: CPU cores, or GPUs with --gpu)
 #   --gpu                one process per GPU; needs a CUDA build (see README)
-#   --launcher L         horovodrun (default) or mpirun
+#   --launcher L         horovodrun (default, scripts/run_horovodrun.sh) or mpirun
+#                        (scripts/run_mpirun.sh)
+#   --controller C       auto (default), mpi or gloo: Horovod's controller under
+#                        horovodrun. auto picks MPI where Horovod was built with it
+#                        and mpirun is on PATH, else Gloo; mpirun always uses MPI
 #   --epochs E           training epochs (default 3)
 #   --seed S             training seed (default 1); the data split is fixed
 #   --batch B            per-process batch (default 32; global = B x N)
 #   --lr R               peak learning rate of one process, scaled by N (default 2e-4)
 #   --max_seq_length L   default 128
 #   --output_dir D       default output/demo-seed<S>; re-running resumes there
-#   --data_dir D         default data/sentiment
+#   --data_dir D         default data/sentiment, or D/data under --output_dir
+#                        with --max_examples (a subset never replaces the full data)
 #   --max_examples K     use only K examples in all (smoke tests)
 #   --max_train_steps K  stop after K steps (smoke tests)
+#   --python PATH        interpreter (default: $VENV/bin/python, else the repo's
+#                        .venv/bin/python, else python3)
 #   --skip_setup         do not run scripts/setup.sh
+#   --dry_run            print the commands (data, training, summary) and run nothing
+#   -h, --help           this help
+#
+# Ctrl-C or `kill` (SIGTERM) of this script stops every rank within seconds;
+# re-running the same command resumes from the last checkpoint.
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=scripts/launch_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/launch_common.sh"
+
 NP="${NP:-}"; GPU="${GPU:-0}"; LAUNCHER="${LAUNCHER:-horovodrun}"
-EPOCHS="${EPOCHS:-3}"; SEED="${SEED:-1}"; BATCH="${BATCH:-32}"; LR="${LR:-2e-4}"
-MAX_SEQ_LENGTH="${MAX_SEQ_LENGTH:-128}"; OUTPUT_DIR="${OUTPUT_DIR:-}"
-DATA_DIR="${DATA_DIR:-$ROOT/data/sentiment}"; MAX_EXAMPLES="${MAX_EXAMPLES:-0}"
-MAX_TRAIN_STEPS="${MAX_TRAIN_STEPS:-0}"; SKIP_SETUP="${SKIP_SETUP:-0}"
+CONTROLLER="${CONTROLLER:-auto}"; EPOCHS="${EPOCHS:-3}"; SEED="${SEED:-1}"
+BATCH="${BATCH:-32}"; LR="${LR:-2e-4}"; MAX_SEQ_LENGTH="${MAX_SEQ_LENGTH:-128}"
+OUTPUT_DIR="${OUTPUT_DIR:-}"; DATA_DIR="${DATA_DIR:-}"; MAX_EXAMPLES="${MAX_EXAMPLES:-0}"
+MAX_TRAIN_STEPS="${MAX_TRAIN_STEPS:-0}"; SKIP_SETUP="${SKIP_SETUP:-0}"; DRY_RUN=0
+PY="${VENV:+$VENV/bin/python}"
 # The demo model: 2 layers, hidden 256 (sized for a 2-core machine).
 HIDDEN="${HIDDEN:-256}"; LAYERS="${LAYERS:-2}"; HEADS="${HEADS:-4}"; FFN="${FFN:-1024}"
 
-die() { echo "run_demo.sh: error: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
-    --np) NP="$2"; shift 2 ;;
     --gpu) GPU=1; shift ;;
-    --launcher) LAUNCHER="$2"; shift 2 ;;
-    --epochs) EPOCHS="$2"; shift 2 ;;
-    --seed) SEED="$2"; shift 2 ;;
-    --batch) BATCH="$2"; shift 2 ;;
-    --lr) LR="$2"; shift 2 ;;
-    --max_seq_length) MAX_SEQ_LENGTH="$2"; shift 2 ;;
-    --output_dir) OUTPUT_DIR="$2"; shift 2 ;;
-    --data_dir) DATA_DIR="$2"; shift 2 ;;
-    --max_examples) MAX_EXAMPLES="$2"; shift 2 ;;
-    --max_train_steps) MAX_TRAIN_STEPS="$2"; shift 2 ;;
     --skip_setup) SKIP_SETUP=1; shift ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
-    *) die "unknown option $1 (see --help)" ;;
+    --dry_run) DRY_RUN=1; shift ;;
+    --python) need "$@"; PY="$2"; shift 2 ;;
+    # The options with a value set the variable of the same name: --max_examples K
+    # sets MAX_EXAMPLES.
+    --np|--launcher|--controller|--epochs|--seed|--batch|--lr|--max_seq_length|\
+    --output_dir|--data_dir|--max_examples|--max_train_steps)
+      need "$@"; name="${1#--}"; printf -v "${name^^}" '%s' "$2"; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) die "unknown option '$1'" ;;
   esac
 done
+
 OUTPUT_DIR="${OUTPUT_DIR:-$ROOT/output/demo-seed$SEED}"
+[[ "$MAX_EXAMPLES" =~ ^[0-9]+$ ]] || die "--max_examples must be a whole number, got '$MAX_EXAMPLES'"
+if [ -z "$DATA_DIR" ]; then
+  # A capped (smoke) run keeps its subset and vocab with its own output.
+  if [ "$MAX_EXAMPLES" -gt 0 ]; then DATA_DIR="$OUTPUT_DIR/data"; else DATA_DIR="$ROOT/data/sentiment"; fi
+fi
 if [ -z "$NP" ]; then
   if [ "$GPU" = "1" ]; then NP="$(nvidia-smi -L 2>/dev/null | wc -l)"; else NP="$(nproc)"; fi
 fi
-[ "$NP" -ge 1 ] 2>/dev/null || die "--np must be a positive integer (got '$NP')"
+positive --np "$NP"
+case "$LAUNCHER" in horovodrun|mpirun) ;; *) die "--launcher must be horovodrun or mpirun, got '$LAUNCHER'" ;; esac
+case "$CONTROLLER" in auto|gloo|mpi) ;; *) die "--controller must be auto, gloo or mpi, got '$CONTROLLER'" ;; esac
+[ "$LAUNCHER" = horovodrun ] || [ "$CONTROLLER" != gloo ] || die "--launcher mpirun runs the MPI controller; use --launcher horovodrun for --controller gloo"
 
 START=$(date +%s)
-[ "$SKIP_SETUP" = "1" ] || bash "$ROOT/scripts/setup.sh"
-PY="${VENV:-$ROOT/.venv}/bin/python"
+[ "$SKIP_SETUP" = 1 ] || [ "$DRY_RUN" = 1 ] || bash "$ROOT/scripts/setup.sh"
+PY="${PY:-$(default_python)}"
+PY_PATH="$(command -v "$PY")" || die "python '$PY' not found (run scripts/setup.sh or pass --python)"
+PY="$PY_PATH"
 export PATH="$(dirname "$PY"):$PATH"
 
-"$PY" "$ROOT/data/prepare_sentiment.py" --output_dir "$DATA_DIR" \
-  --max_examples "$MAX_EXAMPLES" --hidden_size "$HIDDEN" --num_hidden_layers "$LAYERS" \
-  --num_attention_heads "$HEADS" --intermediate_size "$FFN"
+# Horovod: the controller. MPI where Horovod was built with it (hvd.mpi_built())
+# and mpirun is on PATH, as README recommends on one host; else Gloo.
+if [ "$LAUNCHER" = mpirun ]; then
+  CONTROLLER=mpi; why="--launcher mpirun"
+elif [ "$CONTROLLER" != auto ]; then
+  why="--controller $CONTROLLER"
+elif ! command -v mpirun >/dev/null 2>&1; then
+  CONTROLLER=gloo; why="auto: no mpirun on PATH"
+elif TF_CPP_MIN_LOG_LEVEL=3 "$PY" -c \
+    'import sys, horovod.tensorflow as hvd; sys.exit(0 if hvd.mpi_built() else 1)' 2>/dev/null; then
+  CONTROLLER=mpi; why="auto: Horovod was built with MPI"
+else
+  CONTROLLER=gloo; why="auto: Horovod was built without MPI"
+fi
+echo "[demo] controller: $CONTROLLER ($why)"
 
-case "$LAUNCHER" in
-  horovodrun) LAUNCH=(horovodrun -np "$NP")
-              [ "$GPU" = "1" ] || LAUNCH+=(--gloo) ;;
-  mpirun) LAUNCH=(mpirun -np "$NP" -bind-to none -map-by slot -x PATH -x LD_LIBRARY_PATH)
-          [ "$(id -u)" = "0" ] && LAUNCH+=(--allow-run-as-root) ;;
-  *) die "--launcher must be horovodrun or mpirun (got '$LAUNCHER')" ;;
-esac
+PREPARE=("$PY" "$ROOT/data/prepare_sentiment.py" --output_dir "$DATA_DIR"
+  --max_examples "$MAX_EXAMPLES" --hidden_size "$HIDDEN" --num_hidden_layers "$LAYERS"
+  --num_attention_heads "$HEADS" --intermediate_size "$FFN")
+if [ "$LAUNCHER" = horovodrun ]; then
+  LAUNCH=(bash "$ROOT/scripts/run_horovodrun.sh" --np "$NP" "--$CONTROLLER" --python "$PY")
+else
+  LAUNCH=(bash "$ROOT/scripts/run_mpirun.sh" --np "$NP" --python "$PY")
+  [ "$NP" -le "$(nproc)" ] || LAUNCH+=(--oversubscribe)
+fi
+[ "$DRY_RUN" = 0 ] || LAUNCH+=(--dry_run)
+LAUNCH+=(-- --task_name=tsv --do_train --do_eval --do_predict
+  --data_dir="$DATA_DIR" --vocab_file="$DATA_DIR/vocab.txt"
+  --bert_config_file="$DATA_DIR/bert_config.json" --output_dir="$OUTPUT_DIR"
+  --max_seq_length="$MAX_SEQ_LENGTH" --train_batch_size="$BATCH"
+  --eval_batch_size=64 --predict_batch_size=64 --learning_rate="$LR"
+  --num_train_epochs="$EPOCHS" --warmup_proportion=0.1 --seed="$SEED"
+  --max_train_steps="$MAX_TRAIN_STEPS" --save_checkpoints_steps=500
+  --log_every_secs=30)
+SUMMARIZE=("$PY" "$ROOT/scripts/summarize_run.py" --output_dir "$OUTPUT_DIR"
+  --test_file "$DATA_DIR/test.tsv")
 [ "$GPU" = "1" ] || export CUDA_VISIBLE_DEVICES=""
 
-echo "[demo] ${LAUNCH[*]} python run_classifier.py ... (output in $OUTPUT_DIR)"
-"${LAUNCH[@]}" "$PY" "$ROOT/run_classifier.py" \
-  --task_name=tsv --do_train --do_eval --do_predict \
-  --data_dir="$DATA_DIR" --vocab_file="$DATA_DIR/vocab.txt" \
-  --bert_config_file="$DATA_DIR/bert_config.json" --output_dir="$OUTPUT_DIR" \
-  --max_seq_length="$MAX_SEQ_LENGTH" --train_batch_size="$BATCH" \
-  --eval_batch_size=64 --predict_batch_size=64 --learning_rate="$LR" \
-  --num_train_epochs="$EPOCHS" --warmup_proportion=0.1 --seed="$SEED" \
-  --max_train_steps="$MAX_TRAIN_STEPS" --save_checkpoints_steps=500 \
-  --log_every_secs=30
-
-"$PY" "$ROOT/scripts/summarize_run.py" --output_dir "$OUTPUT_DIR" \
-  --test_file "$DATA_DIR/test.tsv" --wall_secs "$(( $(date +%s) - START ))"
+if [ "$DRY_RUN" = 1 ]; then
+  quote "${PREPARE[@]}"
+  "${LAUNCH[@]}"
+  quote "${SUMMARIZE[@]}" --wall_secs 0
+  exit 0
+fi
+"${PREPARE[@]}"
+echo "[demo] data in $DATA_DIR, output in $OUTPUT_DIR"
+run_child "${LAUNCH[@]}"
+"${SUMMARIZE[@]}" --wall_secs "$(( $(date +%s) - START ))"

@@ -27,11 +27,14 @@
 #
 # Every host needs the same python, horovod and repository paths, and SSH access
 # without a password from this host (not needed for localhost only).
+#
+# Ctrl-C or `kill` (SIGTERM) of this script ends every rank within seconds; the
+# same command again resumes from the last checkpoint. `kill -9` is passed on only
+# with --gloo (horovodrun then is this process); over MPI it leaves the job
+# running (README, "Stopping a job").
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-
 # shellcheck source=scripts/launch_common.sh
-source "$ROOT/scripts/launch_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/launch_common.sh"
 
 NP=""; HOSTS=""; HOSTFILE=""; NICS=(); CONTROLLER=""; TIMELINE=""
 STALL_WARN=""; STALL_SHUTDOWN=""; SSH_PORT=""; START_TIMEOUT=""; OUTPUT_FILENAME=""
@@ -63,7 +66,7 @@ while [ $# -gt 0 ]; do
 done
 
 [ -n "$NP" ] || die "--np is required"
-[[ "$NP" =~ ^[1-9][0-9]*$ ]] || die "--np must be a positive integer, got '$NP'"
+positive --np "$NP"
 [ -z "$HOSTS" ] || [ -z "$HOSTFILE" ] || die "--hosts and --hostfile exclude each other"
 for secs in "$STALL_WARN" "$STALL_SHUTDOWN"; do
   [ -z "$secs" ] || [[ "$secs" =~ ^[0-9]+$ ]] || die "stall times are whole seconds, got '$secs'"
@@ -98,9 +101,6 @@ for nic in ${NICS[@]+"${NICS[@]}"}; do CMD+=(--network-interface "$nic"); done
 [ "$VERBOSE" = 0 ] || CMD+=(--verbose)
 CMD+=("$PYTHON" "$SCRIPT" "$@")
 
-if [ "$DRY_RUN" = 1 ]; then
-  quote "${CMD[@]}"
-  exit 0
-fi
-export PYTHONUNBUFFERED="${PYTHONUNBUFFERED:-1}"
-exec "${CMD[@]}"
+# Horovod: over MPI (--mpi, or horovodrun's own choice where Horovod has MPI)
+# horovodrun execs `/bin/sh -c "mpirun ..."`; signals must reach its whole group.
+if [ "$CONTROLLER" = gloo ]; then launch "${CMD[@]}"; else launch --group "${CMD[@]}"; fi

@@ -34,11 +34,12 @@
 # Every host needs the same python, horovod and repository paths. Without
 # --rsh_agent, Open MPI reaches remote hosts with ssh (without a password); inside
 # a Slurm allocation it starts them through Slurm by itself.
+#
+# Ctrl-C, `kill` or `kill -9` of this script (it becomes mpirun) ends every rank
+# within seconds; the same command again resumes from the last checkpoint.
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-
 # shellcheck source=scripts/launch_common.sh
-source "$ROOT/scripts/launch_common.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/launch_common.sh"
 
 NP=""; HOSTFILE=""; HOSTS=""; IF_INCLUDE=""; RSH_AGENT=""; OVERSUBSCRIBE=0
 EXPORTS=(); DRY_RUN=0; PYTHON=""; SCRIPT="$ROOT/run_classifier.py"; MPIRUN=mpirun
@@ -63,7 +64,7 @@ while [ $# -gt 0 ]; do
 done
 
 [ -n "$NP" ] || die "--np is required"
-[[ "$NP" =~ ^[1-9][0-9]*$ ]] || die "--np must be a positive integer, got '$NP'"
+positive --np "$NP"
 [ -z "$HOSTFILE" ] || [ -r "$HOSTFILE" ] || die "hostfile '$HOSTFILE' is not readable"
 if [ -n "$RSH_AGENT" ]; then
   if [[ "$RSH_AGENT" == */* ]]; then
@@ -94,9 +95,4 @@ fi
 [ -z "$RSH_AGENT" ] || CMD+=(-mca plm_rsh_agent "$RSH_AGENT")
 CMD+=("$PYTHON" "$SCRIPT" "$@")
 
-if [ "$DRY_RUN" = 1 ]; then
-  quote "${CMD[@]}"
-  exit 0
-fi
-export PYTHONUNBUFFERED="${PYTHONUNBUFFERED:-1}"
-exec "${CMD[@]}"
+launch "${CMD[@]}"

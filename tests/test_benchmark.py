@@ -11,6 +11,7 @@ from conftest import ROOT, requires
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import benchmark  # pylint: disable=wrong-import-position
+import benchmark_processes  # pylint: disable=wrong-import-position
 import modeling  # pylint: disable=wrong-import-position
 
 SCRIPT = os.path.join(ROOT, "scripts", "benchmark.py")
@@ -174,7 +175,7 @@ def test_command_names_the_controller():
 def test_launcher_output_split_reads_gloo_and_mpi_prefixes():
   text = ("[0]<stderr>:gloo line\n[1,0]<stderr>:mpi line\nother\n"
           "  Exit code:    3\n")
-  worker, code = benchmark.split_launcher_output(text)
+  worker, code = benchmark_processes.split_launcher_output(text)
   assert worker == ["[0]<stderr>:gloo line", "[1,0]<stderr>:mpi line"] and code == "3"
 
 

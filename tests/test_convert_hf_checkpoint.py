@@ -237,6 +237,25 @@ def test_command_line_error(tmp_path):
   assert "Traceback" not in result.stderr
 
 
+def test_missing_safetensors_is_one_line_saying_what_to_install(tmp_path):
+  """Without the safetensors package: one error line naming it, no traceback."""
+  model_dir = write_hf_model(str(tmp_path / "hf"), tiny_tensors()[0])
+  # sys.modules[name] = None makes `import name` raise ModuleNotFoundError, as on a
+  # machine without the package.
+  blocker = ("import runpy, sys; sys.modules['safetensors'] = None; "
+             "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+  result = subprocess.run(
+      [sys.executable, "-c", blocker, SCRIPT, "--model_dir", model_dir,
+       "--output_dir", str(tmp_path / "out")], capture_output=True, text=True, timeout=120,
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))  # TensorFlow's start-up notes off
+  assert "Traceback" not in result.stderr, result.stderr[-2000:]
+  assert result.returncode == 2, result.stderr[-2000:]
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("convert_hf_checkpoint.py: error: "), lines
+  assert "pip install safetensors==" in lines[0] and "requirements.txt" in lines[0], lines
+  assert not os.path.exists(str(tmp_path / "out"))
+
+
 # ---------------------------------------------------------------------------
 # The real all-MiniLM-L6-v2.
 

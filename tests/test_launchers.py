@@ -1,4 +1,4 @@
-"""The cluster launchers: scripts/run_horovodrun.sh, scripts/run_mpirun.sh, scripts/slurm.sbatch.
+"""The launchers: scripts/run_horovodrun.sh, run_mpirun.sh, slurm.sbatch, run_demo.sh.
 
 Real runs train the tiny task with 2 processes (and 4 processes on two network
 namespaces that act as two hosts); the dry runs check the exact commands.
@@ -22,6 +22,8 @@ SCRIPTS = os.path.join(ROOT, "scripts")
 HOROVODRUN_SH = os.path.join(SCRIPTS, "run_horovodrun.sh")
 MPIRUN_SH = os.path.join(SCRIPTS, "run_mpirun.sh")
 SBATCH = os.path.join(SCRIPTS, "slurm.sbatch")
+DEMO = os.path.join(SCRIPTS, "run_demo.sh")
+LAUNCH_COMMON = os.path.join(SCRIPTS, "launch_common.sh")
 RSH_AGENT = os.path.join(ROOT, "tests", "netns_rsh_agent.sh")
 VENV_PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
 DEFAULT_PYTHON = VENV_PYTHON if os.access(VENV_PYTHON, os.X_OK) else "python3"
@@ -199,6 +201,67 @@ def test_launchers_help_and_bad_usage(script):
     proc = run(["bash", script] + args + ["--dry_run"], timeout=60)
     assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
     assert "error" in proc.stderr
+
+
+@pytest.mark.parametrize("script", [HOROVODRUN_SH, MPIRUN_SH, SBATCH, DEMO],
+                         ids=os.path.basename)
+def test_every_launcher_help_is_usage_only(script):
+  proc = run(["bash", script, "--help"], env=job_env(SLURM_NTASKS="8"), timeout=60)
+  assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+  lines = proc.stdout.splitlines()
+  assert lines[0] and lines[0][0].isupper(), lines[:3]  # a description first
+  assert "--dry_run" in proc.stdout and "--help" in proc.stdout
+  for line in lines:  # no code, no comment markers, no #SBATCH directives
+    assert not line.startswith("#") and "set -euo" not in line, line
+
+
+def test_launchers_share_one_core():
+  """Each launcher sources launch_common.sh and defines none of its helpers again."""
+  with open(LAUNCH_COMMON) as f:
+    core = f.read()
+  helpers = [line.split("()")[0] for line in core.splitlines() if line.endswith("() {")
+             or "() {" in line and not line.startswith(" ")]
+  assert {"usage", "die", "quote", "need", "default_python", "launch",
+          "run_child"} <= set(helpers), helpers
+  for script in (HOROVODRUN_SH, MPIRUN_SH, SBATCH, DEMO, os.path.join(SCRIPTS, "setup.sh")):
+    with open(script) as f:
+      text = f.read()
+    assert "launch_common.sh" in text, script
+    for name in helpers:
+      assert "\n%s() {" % name not in text, (script, name)
+    assert ".venv/bin/python\" ]" not in text, script  # the default python: core only
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_run_child_passes_signals_on_to_the_job(tmp_path, sig):
+  """A script that runs the job as a child (run_demo.sh) must not die alone."""
+  marker = tmp_path / "child_got_term"
+  child = ("trap 'echo TERM > %s; exit 143' TERM; echo started; "
+           "while :; do sleep 0.1; done" % marker)
+  parent = tmp_path / "parent.sh"
+  parent.write_text('set -euo pipefail\nsource "%s"\nrc=0\nrun_child bash -c "%s" || rc=$?\n'
+                    'echo "child ended with $rc"\n' % (LAUNCH_COMMON, child))
+  proc = subprocess.Popen(["bash", str(parent)], stdout=subprocess.PIPE, text=True,
+                          start_new_session=True)
+  try:
+    assert proc.stdout.readline() == "started\n"
+    os.kill(proc.pid, sig)
+    out, _ = proc.communicate(timeout=10)
+  finally:
+    try:
+      os.killpg(proc.pid, signal.SIGKILL)  # whatever is left (the child on failure)
+    except ProcessLookupError:
+      pass
+  assert marker.exists(), "the child never got SIGTERM"
+  assert out == "child ended with 143\n"
+
+
+def test_sbatch_help_and_dry_run_flag(tmp_path):
+  env = slurm_env(tmp_path, LAUNCH="srun")
+  env.pop("DRY_RUN")
+  cmd, _ = dry_run(SBATCH, "--dry_run", "--seed=2", env=env)
+  assert cmd[:3] == ["srun", "--mpi=pmix", "--ntasks=8"]
+  assert cmd[-3:] == ["--do_train", "--output_dir=/shared/out", "--seed=2"]
 
 
 # ------------------------------------------------------------------------- Slurm
