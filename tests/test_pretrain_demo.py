@@ -3,11 +3,15 @@
 import json
 import os
 import subprocess
+import sys
 
 import numpy as np
 import tensorflow as tf
 
 from conftest import JOB_TIMEOUT, ROOT, requires
+
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import pretrain_demo  # pylint: disable=wrong-import-position
 
 SCRIPT = os.path.join(ROOT, "scripts", "run_pretrain_demo.sh")
 # A 1-layer, hidden-32 model; 60 corpus documents, 400 reviews, a few steps.
@@ -92,3 +96,54 @@ def test_pretrain_demo_rejects_a_bad_option(tmp_path):
   assert proc.returncode == 2
   assert "run_pretrain_demo.sh: error: --optimizer must be lamb or adamw, got 'sgd'" in \
       proc.stderr
+
+
+def write_finetuning(folder, dev_accuracy, test_labels, predicted):
+  """The files run_classifier.py leaves in its output folder (labels 0/1)."""
+  os.makedirs(folder)
+  with open(os.path.join(folder, "label_list.txt"), "w") as f:
+    f.write("0\n1\n")
+  with open(os.path.join(folder, "eval_results.txt"), "w") as f:
+    f.write("eval_accuracy = %s\neval_loss = 0.5\nglobal_step = 10\n" % dev_accuracy)
+  with open(os.path.join(folder, "test_results.tsv"), "w") as f:
+    f.writelines("%.1f\t%.1f\n" % ((0.1, 0.9) if p == "1" else (0.9, 0.1))
+                 for p in predicted)
+  return folder
+
+
+def test_summary_means_over_seeds_and_notes_a_skipped_baseline(tmp_path):
+  test_file = str(tmp_path / "test.tsv")
+  labels = ["1", "0", "1", "0"]
+  with open(test_file, "w") as f:
+    f.writelines("%s\ttext %d\n" % (y, i) for i, y in enumerate(labels))
+  pretrained = [write_finetuning(str(tmp_path / "p1"), 0.9, labels, "1010"),
+                write_finetuning(str(tmp_path / "p2"), 0.8, labels, "1011")]
+  scratch = [write_finetuning(str(tmp_path / "s1"), 0.6, labels, "1111"),
+             write_finetuning(str(tmp_path / "s2"), 0.6, labels, "0000")]
+  times = str(tmp_path / "times.tsv")
+  with open(times, "w") as f:
+    f.write("pretrain\tcached\t0\tbuilt in 3600 s\nfinetune-pretrained-seed1\tran\t40\t\n")
+  text, numbers = pretrain_demo.summary_text(test_file, str(tmp_path / "none"), pretrained,
+                                             scratch, "", times)
+  assert numbers["pretrained_test_accuracy"] == [1.0, 0.75]
+  assert numbers["scratch_test_accuracy"] == [0.5, 0.5]
+  assert numbers["baseline_test_accuracy"] is None
+  assert "from the pretrained model    test 0.8750  (dev 0.8500; 2 seed(s): 1.0000, 0.7500)" \
+      in text
+  assert "char 1-3-gram baseline       skipped (no scikit-learn)" in text
+  assert "pretraining gain:            +37.50 points" in text
+  assert "pretrain                     cached       0 s  built in 3600 s" in text
+  assert text.splitlines()[-1].split() == ["total", "40", "s"]
+
+
+def test_config_sets_the_model_size_and_enough_positions(tmp_path):
+  path = str(tmp_path / "bert_config.json")
+  with open(path, "w") as f:
+    json.dump({"vocab_size": 99, "hidden_size": 256, "max_position_embeddings": 256}, f)
+  assert pretrain_demo.main(["config", "--bert_config_file", path, "--hidden_size", "32",
+                             "--num_hidden_layers", "1", "--num_attention_heads", "2",
+                             "--intermediate_size", "64", "--min_positions", "512"]) == 0
+  config = json.load(open(path))
+  assert config == {"vocab_size": 99, "hidden_size": 32, "num_hidden_layers": 1,
+                    "num_attention_heads": 2, "intermediate_size": 64,
+                    "max_position_embeddings": 512}
