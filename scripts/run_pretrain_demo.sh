@@ -204,7 +204,10 @@ PRETRAIN_SETTINGS=("records=$RECORD_KEY" "$CONFIG" "processes=$NP" "steps=$PRETR
 PRETRAIN_KEY="$(key "${PRETRAIN_SETTINGS[@]}")"
 PRETRAIN_DIR="$OUTPUT_DIR/pretrain-$PRETRAIN_KEY"
 CHECKPOINT="$PRETRAIN_DIR/model.ckpt-$PRETRAIN_STEPS"
-[ "$FORCE_PRETRAIN" = 0 ] || rm -rf "$PRETRAIN_DIR"
+if [ "$FORCE_PRETRAIN" = 1 ]; then
+  # The fine-tunings of the old checkpoint go with it, whatever their seed.
+  rm -rf "$PRETRAIN_DIR" "$OUTPUT_DIR/finetune-pretrained-$PRETRAIN_KEY-"*
+fi
 if [ -f "$PRETRAIN_DIR/done" ]; then
   stage pretrain cached 0 "$PRETRAIN_DIR (built in $(cat "$PRETRAIN_DIR/done") s)"
 else
@@ -246,8 +249,6 @@ finetune() {
 PRETRAINED_DIRS=(); SCRATCH_DIRS=()
 for seed in ${SEEDS//,/ }; do
   dir="$OUTPUT_DIR/finetune-pretrained-$PRETRAIN_KEY-$FINETUNE_KEY-seed$seed"
-  # A rebuilt checkpoint (--force_pretrain) needs a new fine-tuning.
-  [ "$FORCE_PRETRAIN" = 0 ] || rm -rf "$dir"
   finetune "finetune-pretrained-seed$seed" "$dir" --init_checkpoint="$CHECKPOINT"
   PRETRAINED_DIRS+=("$dir")
   dir="$OUTPUT_DIR/finetune-scratch-$FINETUNE_KEY-seed$seed"
