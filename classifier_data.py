@@ -238,13 +238,14 @@ class XnliProcessor(DataProcessor):
   """Processor for the XNLI data set (Chinese by default, as in Google's script)."""
 
   language = "zh"
+  train_file = "multinli/multinli.train.%s.tsv" % language
+  dev_file = "xnli.dev.tsv"
 
   def get_labels(self, data_dir=None, train_examples=None):
     return ["contradiction", "entailment", "neutral"]
 
   def get_train_examples(self, data_dir):
-    rows = self._read_tsv(os.path.join(data_dir, "multinli"),
-                          "multinli.train.%s.tsv" % self.language)
+    rows = self._read_tsv(data_dir, self.train_file)
     examples = []
     for i, row in enumerate(rows):
       if i == 0:
@@ -257,7 +258,7 @@ class XnliProcessor(DataProcessor):
     return examples
 
   def get_dev_examples(self, data_dir):
-    rows = self._read_tsv(data_dir, "xnli.dev.tsv")
+    rows = self._read_tsv(data_dir, self.dev_file)
     examples = []
     for i, row in enumerate(rows):
       if i == 0 or self._field(row, 0) != self.language:
@@ -388,11 +389,13 @@ def _features_to_tf_example(feature):
 
 
 def file_based_input_fn_builder(input_file, seq_length, batch_size, is_training,
-                                shuffle_buffer=0, seed=None):
+                                shuffle_buffer=0, seed=None, skip_examples=0):
   """Creates an `input_fn` over a TFRecord file.
 
   Training input repeats forever (the step count, identical on every rank, ends
   training) and drops the remainder so every batch has `batch_size` examples.
+  It starts `skip_examples` into that (shuffled) stream: where a resumed run
+  would have been had it not stopped.
 
   Returns:
     input_fn() -> tf.data.Dataset of dicts of int32 Tensors of shape
@@ -418,6 +421,8 @@ def file_based_input_fn_builder(input_file, seq_length, batch_size, is_training,
       d = d.repeat()
       if shuffle_buffer > 0:
         d = d.shuffle(buffer_size=shuffle_buffer, seed=seed)
+      if skip_examples:
+        d = d.skip(skip_examples)
     d = d.batch(batch_size, drop_remainder=is_training)
     # Parsing a batch takes about a millisecond; prefetch's thread does it while
     # the model computes. No autotuning: its background thread sleeps for up to
@@ -449,10 +454,10 @@ def read_label_list(path):
   return labels
 
 
-def check_labels(examples, label_list):
-  """Raises InputError naming the first example whose label is not in `label_list`."""
+def check_labels(examples, label_list, path):
+  """Raises InputError naming `path` and its first example whose label is unknown."""
   known = set(label_list)
   for ex in examples:
     if ex.label not in known:
-      raise InputError("%s: label %r is not among the training labels %s" %
-                       (ex.guid, ex.label, label_list))
+      raise InputError("%s: %s: label %r is not among the training labels %s" %
+                       (path, ex.guid, ex.label, label_list))

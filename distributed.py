@@ -116,7 +116,8 @@ class Runtime(object):
 
   Attributes:
     rank, size, local_rank, local_size, cross_rank: ints (Horovod's placement).
-    gpu_available: bool, a GPU is visible (this process uses GPU `local_rank`).
+    gpu_available: bool, a GPU is visible (this process uses GPU `local_rank`,
+      the only one it sees: see `pin_gpu`).
     threads: int, intra-op CPU threads of this process (0 with a GPU).
     session_config: the tf.compat.v1.ConfigProto to give the Estimator.
     placement: dict of the five placement ints (for train_state.json).
@@ -166,6 +167,10 @@ def init(cycle_time_ms=0.0, intra_op_threads=0, inter_op_threads=2,
   os.environ.update(mpi_cpu_host_env(os.environ, gpu_available))
   # Horovod: initialize Horovod before anything else.
   hvd.init()
+  # One GPU per process, pinned before any eager op (an object collective, the
+  # Estimator) maps GPU:0 for good.
+  # Horovod: the process's rank on this host picks its GPU.
+  pin_gpu(hvd.local_rank())
   # TensorFlow's thread pools are per process and made once, at the first op:
   # size them before any op runs.
   # Horovod: processes on one host share its cores.
@@ -173,9 +178,7 @@ def init(cycle_time_ms=0.0, intra_op_threads=0, inter_op_threads=2,
   tf.config.threading.set_intra_op_parallelism_threads(threads)
   tf.config.threading.set_inter_op_parallelism_threads(inter_op_threads)
   if use_xla:
-    # XLA auto-clustering on CPUs needs this flag as well as the session option.
-    os.environ["TF_XLA_FLAGS"] = (os.environ.get("TF_XLA_FLAGS", "") +
-                                  " --tf_xla_cpu_global_jit").strip()
+    enable_xla_on_cpu()
   # Horovod: where this process sits in the job.
   rank, size = hvd.rank(), hvd.size()
   # Horovod: its rank on this host picks its GPU (or its share of the cores).
@@ -187,8 +190,22 @@ def init(cycle_time_ms=0.0, intra_op_threads=0, inter_op_threads=2,
       rank=rank, size=size, local_rank=local_rank, local_size=local_size,
       cross_rank=cross_rank, gpu_available=gpu_available,
       threads=0 if gpu_available else threads,
-      session_config=make_session_config(gpu_available, local_rank, threads,
-                                         inter_op_threads, use_xla))
+      session_config=make_session_config(gpu_available, threads, inter_op_threads,
+                                         use_xla))
+
+
+def enable_xla_on_cpu():
+  """Lets the session's `global_jit_level` cluster ops placed on CPUs too.
+
+  That is TF_XLA_FLAGS=--tf_xla_cpu_global_jit, but TensorFlow parses that
+  variable once and had done so by the time `main` ran, so setting it there
+  changed nothing (measured: no cluster compiled): this sets the parsed flag
+  itself, as TensorFlow's own XLA tests do. With TF_CPP_MIN_LOG_LEVEL=0 the
+  first compiled step logs "Compiled cluster using XLA".
+  """
+  # pylint: disable=g-import-not-at-top
+  from tensorflow.python.client import pywrap_tf_session
+  pywrap_tf_session.TF_SetTfXlaCpuGlobalJit(True)
 
 
 def configure_logging(rank):
@@ -203,15 +220,45 @@ def configure_logging(rank):
   tf1.logging.set_verbosity(tf1.logging.ERROR)
 
 
-def cpu_threads_per_process(local_size, requested=0):
-  """Intra-op threads for one of `local_size` processes sharing this host's cores."""
+def cpu_threads_per_process(local_size, requested=0, affinity=None, host_cpus=None):
+  """Intra-op threads for one of `local_size` processes sharing this host's cores.
+
+  This process may run on `affinity` of the `host_cpus` CPUs the job may use (its
+  cgroup's cpuset). Unbound processes all see every CPU and divide them. A
+  launcher that binds (srun --cpus-per-task, mpirun --bind-to core|socket) has
+  shared them out already: about local_size x affinity / host_cpus processes
+  (rounded up) share each bound set, so a process bound to its own cores uses all
+  of them, and 4 processes bound to the 2 sockets of a host get half a socket each.
+  """
   if requested > 0:
     return requested
-  try:
-    cores = len(os.sched_getaffinity(0))
-  except AttributeError:
-    cores = os.cpu_count() or 1
-  return max(1, cores // max(1, local_size))
+  if affinity is None:
+    try:
+      affinity = len(os.sched_getaffinity(0))
+    except AttributeError:
+      affinity = os.cpu_count() or 1
+  if host_cpus is None:
+    host_cpus = max(allowed_cpu_count(), affinity)
+  sharing = max(1, -(-max(1, local_size) * affinity // host_cpus))
+  return max(1, affinity // sharing)
+
+
+def allowed_cpu_count():
+  """CPUs this job's cgroup may use (its cpuset), else all CPUs of the host."""
+  for path in ("/sys/fs/cgroup/cpuset.cpus.effective",
+               "/sys/fs/cgroup/cpuset/cpuset.effective_cpus"):
+    try:
+      with open(path) as f:
+        text = f.read().strip()
+    except OSError:
+      continue
+    count = 0
+    for part in filter(None, text.split(",")):
+      low, _, high = part.partition("-")
+      count += int(high or low) - int(low) + 1
+    if count:
+      return count
+  return os.cpu_count() or 1
 
 
 def horovod_cycle_time_ms(requested, environ, gpu_available):
@@ -246,16 +293,35 @@ def mpi_cpu_host_env(environ, gpu_available):
   return {"OMPI_MCA_mpi_yield_when_idle": "1"}
 
 
-def make_session_config(gpu_available, local_rank, intra_op_threads, inter_op_threads,
+def pin_gpu(local_rank):
+  """Makes GPU `local_rank` of this host the only GPU this process sees.
+
+  Horovod's TensorFlow 2 recipe. It must run before TensorFlow starts its runtime
+  (the first eager op, e.g. `hvd.broadcast_object`, or an Estimator): from then
+  on every process would map GPU:0 to physical GPU 0, and a session's
+  `visible_device_list` can no longer move it. Memory grows as needed.
+
+  Returns:
+    The pinned `tf.config.PhysicalDevice`, or None on a host without GPUs.
+  """
+  gpus = tf.config.list_physical_devices("GPU")
+  if not gpus:
+    return None
+  # More processes than GPUs on a host: they share them round-robin.
+  gpu = gpus[local_rank % len(gpus)]
+  tf.config.experimental.set_memory_growth(gpu, True)
+  tf.config.set_visible_devices(gpu, "GPU")
+  return gpu
+
+
+def make_session_config(gpu_available, intra_op_threads, inter_op_threads,
                         use_xla=False):
-  """The tf.compat.v1.ConfigProto of one process."""
+  """The tf.compat.v1.ConfigProto of one process (`pin_gpu` chose its GPU)."""
   config = tf1.ConfigProto()
   if use_xla:
     config.graph_options.optimizer_options.global_jit_level = tf1.OptimizerOptions.ON_1
   if gpu_available:
     config.gpu_options.allow_growth = True
-    # Horovod: pin one GPU to each process, by its rank on this host.
-    config.gpu_options.visible_device_list = str(local_rank)
   else:
     # Horovod: processes on one host share its cores; oversubscribing them is slow.
     config.intra_op_parallelism_threads = intra_op_threads
@@ -287,15 +353,34 @@ def choose_compute_type(use_amp, gpu_available):
 
 
 def use_sparse_embedding_allreduce(mode, size, batch_size, seq_length, vocab_size,
-                                   gradient_accumulation_steps):
+                                   gradient_accumulation_steps, gpu_available=False,
+                                   fp16_allreduce=False):
   """Whether to allgather the word-embedding rows instead of allreducing the table.
 
   An allgather sends size x batch_size x seq_length rows (one per token, repeats
   included) to every rank; the dense allreduce moves the vocab_size-row table.
+  Never on GPUs: each rank sums the gathered rows into the dense gradient
+  itself, with GPU scatter-adds whose order (so rounding) varies, and nothing
+  re-syncs ranks whose updates then differ; the dense allreduce gives every rank
+  the same bits. Never with --fp16_allreduce: Horovod cannot divide gathered
+  rows before the float16 sum.
+
+  Raises:
+    InputError: for mode "sparse" where it cannot be used.
   """
   # Horovod: the embedding exchange rule (allgather rows vs. allreduce the table).
-  if mode != "auto":
-    return mode == "sparse"  # validate_flags rejects sparse with accumulation.
+  if mode == "sparse":  # (validate_flags rejects it with accumulation)
+    if gpu_available:
+      raise InputError("--embedding_allreduce=sparse: on GPUs each rank would sum the "
+                       "gathered rows in a varying order and ranks could drift apart; "
+                       "use dense or auto")
+    if fp16_allreduce:
+      raise InputError("--embedding_allreduce=sparse does not work with "
+                       "--fp16_allreduce (gathered rows cannot be divided before the "
+                       "float16 sum); use dense or auto")
+    return True
+  if mode == "dense" or gpu_available or fp16_allreduce:
+    return False
   return gradient_accumulation_steps <= 1 and size * batch_size * seq_length < vocab_size
 
 
@@ -447,7 +532,10 @@ def training_hooks(runtime, work_dir, output_dir, loss, learning_rate, num_train
 def make_run_config(runtime, output_dir, work_dir, seed, save_checkpoints_steps,
                     keep_checkpoint_max):
   """The Estimator's RunConfig of this rank: only rank 0 saves checkpoints, summaries."""
-  config = {"tf_random_seed": seed, "log_step_count_steps": None,
+  # Horovod: a graph seed per rank, so dropout masks differ between ranks as
+  # between the examples of one large batch (the initial weights are rank 0's
+  # everywhere: the broadcast hook copies them).
+  config = {"tf_random_seed": seed + runtime.rank, "log_step_count_steps": None,
             "session_config": runtime.session_config}
   if runtime.rank == 0:
     config.update(model_dir=output_dir, save_checkpoints_steps=save_checkpoints_steps,
@@ -458,6 +546,28 @@ def make_run_config(runtime, output_dir, work_dir, seed, save_checkpoints_steps,
     config.update(model_dir=work_dir, save_checkpoints_steps=None,
                   save_checkpoints_secs=None, save_summary_steps=0)
   return tf_estimator.estimator.RunConfig(**config)
+
+
+def checkpoint_interval(save_checkpoints_steps, accumulation_steps):
+  """`save_checkpoints_steps` rounded up to a multiple of `accumulation_steps`.
+
+  Horovod keeps a window's accumulated gradients in local variables that no
+  checkpoint holds: a checkpoint inside a window would resume with a new window,
+  shifting every later update. At multiples of k it falls between two updates.
+  """
+  k = max(1, accumulation_steps)
+  return -(-save_checkpoints_steps // k) * k
+
+
+def resume_position(start_step, per_process_batch, shard_size, shuffle_buffer):
+  """Examples of this rank's training stream that steps before `start_step` used.
+
+  A resumed run skips them, so it sees what an uninterrupted run would have seen.
+  Without a shuffle buffer the stream is the shard over and over: only the part
+  of the current epoch is skipped (the same position, less reading).
+  """
+  used = start_step * per_process_batch
+  return used % shard_size if shuffle_buffer <= 0 else used
 
 
 def shard_examples(examples, seed, rank, size):

@@ -45,10 +45,14 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
     scale_learning_rate: bool, multiply the rate by the number of processes.
     gradient_accumulation_steps: int, micro-batches per optimizer step (Horovod's
       `backward_passes_per_step`: one allreduce per k micro-batches).
-    fp16_allreduce: bool, send gradients as float16 over the wire.
+    fp16_allreduce: bool, send gradients as float16 over the wire, divided by
+      the number of processes before the sum so that it cannot overflow where the
+      average does not. Needs the dense word-embedding allreduce.
     dynamic_loss_scale: bool, float16 training: scale the loss (start 2^15, halve
-      on overflow, double after 2000 finite steps) and skip updates whose averaged
-      gradients are not finite (the same decision on every rank).
+      on overflow, double after 2000 finite updates) and skip updates whose
+      averaged gradients are not finite (the same decision on every rank). With
+      accumulation the scale is decided on update steps only, from the allreduced
+      sum of the window's micro-batches, so it stays the same on every rank.
     sparse_embedding_allreduce: bool, exchange the word-embedding gradient as the
       rows this step touched (an allgather of IndexedSlices) instead of allreducing
       the dense [vocab_size, hidden] table; cheaper when processes x tokens per
@@ -82,8 +86,14 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
   # sparse_as_dense, an allgather of the IndexedSlices (the word-embedding rows).
   dist_kwargs = {"sparse_as_dense": not sparse_embedding_allreduce}
   if fp16_allreduce:
+    if sparse_embedding_allreduce:
+      raise ValueError("fp16_allreduce needs the dense word-embedding allreduce "
+                       "(Horovod cannot predivide gathered rows)")
     # Horovod: compress gradients to float16 for the allreduce.
     dist_kwargs["compression"] = hvd.Compression.fp16
+    # A float16 sum of N gradients overflows (above 65504) long before their mean.
+    # Horovod: divide each gradient by the number of processes before the sum.
+    dist_kwargs["gradient_predivide_factor"] = float(hvd.size())
   if gradient_accumulation_steps > 1:
     # Horovod: sum k local micro-batch gradients, then one allreduce every k steps.
     dist_kwargs["backward_passes_per_step"] = gradient_accumulation_steps
@@ -118,15 +128,40 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
 
   if loss_scale is None:
     return apply(), learning_rate, grad_norm
+  if k == 1:
+    update_step = None
+  else:
+    # Horovod: only the last micro-step of each window of k carries the allreduced
+    # gradients; the others hold this rank's own micro-batch gradients, so their
+    # finiteness is a per-rank fact. Windows end at global steps k-1, 2k-1, ...
+    # (train() refuses checkpoints inside a window, where Horovod's local
+    # accumulation counter would restart out of step with the global step).
+    update_step = tf.equal((global_step + 1) % k, 0)
   finite = tf.math.is_finite(grad_norm)
-  apply_op = tf.cond(finite, lambda: tf.group(apply()),
+  # A micro-step that only accumulates always goes through apply(): Horovod
+  # counts it there. An overflow inside the window reaches the update step
+  # through the summed gradients, on every rank alike.
+  go = finite if update_step is None else tf.logical_or(tf.logical_not(update_step),
+                                                         finite)
+  apply_op = tf.cond(go, lambda: tf.group(apply()),
                      lambda: tf.group(global_step.assign_add(1)))
-  return (tf.group(apply_op, update_loss_scale(loss_scale, finite)), learning_rate,
-          grad_norm)
+  return (tf.group(apply_op, update_loss_scale(loss_scale, finite, update_step)),
+          learning_rate, grad_norm)
 
 
-def update_loss_scale(loss_scale, finite, growth_interval=2000):
-  """Halves `loss_scale` after an overflow, doubles it after `growth_interval` good steps."""
+def update_loss_scale(loss_scale, finite, update_step=None, growth_interval=2000):
+  """Halves `loss_scale` after an overflow, doubles it after `growth_interval` updates.
+
+  Args:
+    loss_scale: float32 scalar variable.
+    finite: bool scalar Tensor, whether the update's (allreduced) gradients are finite.
+    update_step: optional bool scalar Tensor; when given, the scale and its counter
+      change only where it is true (the optimizer updates of gradient accumulation).
+    growth_interval: int, finite updates before the scale doubles.
+
+  Returns:
+    The update op.
+  """
   good_steps = tf1.get_variable("loss_scale_good_steps", initializer=0, trainable=False)
 
   def on_finite():
@@ -139,7 +174,12 @@ def update_loss_scale(loss_scale, finite, growth_interval=2000):
     return tf.group(loss_scale.assign(tf.maximum(loss_scale / 2.0, 1.0)),
                     good_steps.assign(0))
 
-  return tf.cond(finite, on_finite, on_overflow)
+  def update():
+    return tf.cond(finite, on_finite, on_overflow)
+
+  if update_step is None:
+    return update()
+  return tf.cond(update_step, update, tf.no_op)
 
 
 class AdamWeightDecayOptimizer(tf1.train.Optimizer):

@@ -117,13 +117,15 @@ flags.DEFINE_bool(
     "Mixed precision: float16 with dynamic loss scaling on GPUs, bfloat16 on CPUs "
     "that support it (avx512_bf16 or amx_bf16); variables stay float32.")
 flags.DEFINE_bool("fp16_allreduce", False,
-                  "Compress gradients to float16 for the Horovod allreduce.")
+                  "Compress gradients to float16 for the Horovod allreduce (each "
+                  "divided by the number of processes before the sum).")
 flags.DEFINE_enum(
     "embedding_allreduce", "auto", ["auto", "dense", "sparse"],
     "How ranks exchange the word-embedding gradient: 'dense' allreduces the whole "
     "[vocab_size, hidden] table, 'sparse' allgathers only the rows each batch "
     "used; 'auto' picks sparse when processes x train_batch_size x max_seq_length "
-    "< vocab_size (fewer bytes) and no gradient accumulation is on.")
+    "< vocab_size (fewer bytes), on CPUs, without gradient accumulation or "
+    "--fp16_allreduce.")
 flags.DEFINE_float(
     "horovod_cycle_time_ms", 0.0,
     "Horovod's cycle (HOROVOD_CYCLE_TIME): how often ranks coordinate ready "
@@ -257,15 +259,29 @@ def setup(flags_obj, runtime):
     label_list = classifier_data.read_label_list(label_list_path)
   else:
     label_list = processor.get_labels(flags_obj.data_dir)
+  if train_examples is not None:
+    train_path = os.path.join(flags_obj.data_dir, processor.train_file)
+    # Every split's labels are checked here, before any collective: a bad label
+    # found in train() would end one rank alone, mid-training.
+    classifier_data.check_labels(train_examples, label_list, train_path)
+    # Horovod: every rank needs a non-empty shard; an empty one would stop at once
+    # and leave the others waiting in their first allreduce.
+    if len(train_examples) < size:
+      raise InputError("%s: %d training example%s for %d processes; every process "
+                       "needs at least one (start fewer processes)" %
+                       (train_path, len(train_examples),
+                        "" if len(train_examples) == 1 else "s", size))
 
   eval_examples = predict_examples = None
   # Horovod: evaluation and prediction run on rank 0 only.
   if flags_obj.do_eval and rank == 0:
     eval_examples = processor.get_dev_examples(flags_obj.data_dir)
-    classifier_data.check_labels(eval_examples, label_list)
+    classifier_data.check_labels(eval_examples, label_list,
+                                 os.path.join(flags_obj.data_dir, processor.dev_file))
   if flags_obj.do_predict and rank == 0:
     predict_examples = processor.get_test_examples(flags_obj.data_dir)
-    classifier_data.check_labels(predict_examples, label_list)
+    classifier_data.check_labels(predict_examples, label_list,
+                                 os.path.join(flags_obj.data_dir, processor.test_file))
   # Horovod: only rank 0 reads the initial checkpoint; the broadcast copies it.
   if flags_obj.init_checkpoint and rank == 0:
     check_checkpoint_matches(flags_obj.init_checkpoint, bert_config, len(label_list))
@@ -280,6 +296,15 @@ def setup(flags_obj, runtime):
       raise InputError("%d training examples make no step of %d x %d processes; lower "
                        "--train_batch_size or raise --num_train_epochs" %
                        (len(train_examples), flags_obj.train_batch_size, size))
+
+  save_checkpoints_steps = distributed.checkpoint_interval(
+      flags_obj.save_checkpoints_steps, flags_obj.gradient_accumulation_steps)
+  if flags_obj.do_train and save_checkpoints_steps != flags_obj.save_checkpoints_steps:
+    LOG.info("--save_checkpoints_steps=%d rounded up to %d, a multiple of "
+             "--gradient_accumulation_steps=%d (accumulated gradients are not in "
+             "checkpoints, so checkpoints fall between updates)",
+             flags_obj.save_checkpoints_steps, save_checkpoints_steps,
+             flags_obj.gradient_accumulation_steps)
 
   return RunPlan(
       runtime=runtime, rank=rank, size=size, output_dir=flags_obj.output_dir,
@@ -299,7 +324,7 @@ def setup(flags_obj, runtime):
       scale_learning_rate=flags_obj.scale_learning_rate, seed=flags_obj.seed,
       shuffle_buffer=flags_obj.train_shuffle_buffer,
       init_checkpoint=flags_obj.init_checkpoint,
-      save_checkpoints_steps=flags_obj.save_checkpoints_steps,
+      save_checkpoints_steps=save_checkpoints_steps,
       keep_checkpoint_max=flags_obj.keep_checkpoint_max,
       log_every_secs=flags_obj.log_every_secs,
       compute_type=distributed.choose_compute_type(flags_obj.use_amp,
@@ -308,7 +333,8 @@ def setup(flags_obj, runtime):
       sparse_embedding_allreduce=distributed.use_sparse_embedding_allreduce(
           flags_obj.embedding_allreduce, size, flags_obj.train_batch_size,
           flags_obj.max_seq_length, bert_config.vocab_size,
-          flags_obj.gradient_accumulation_steps),
+          flags_obj.gradient_accumulation_steps, runtime.gpu_available,
+          flags_obj.fp16_allreduce),
       eval_batch_size=flags_obj.eval_batch_size,
       predict_batch_size=flags_obj.predict_batch_size,
       export_dir=flags_obj.export_dir)
@@ -368,11 +394,19 @@ def train(plan):
   if start_step >= plan.num_train_steps:
     LOG.info("training already finished at step %d; skipping", start_step)
     return
+  if start_step % k:
+    # Every rank knows start_step, so every rank stops here alike.
+    distributed.fail(
+        "%s: checkpoint at step %d is not a multiple of --gradient_accumulation_steps=%d "
+        "(saved by a run with other settings); resume with those settings or use a "
+        "new --output_dir" % (plan.output_dir, start_step, k), EXIT_BAD_INPUT)
   estimator = make_estimator(plan)
   input_fn = classifier_data.file_based_input_fn_builder(
       train_file, plan.max_seq_length, plan.per_process_batch, is_training=True,
       # Horovod: a seed per rank, so the ranks' shuffle buffers differ.
-      shuffle_buffer=plan.shuffle_buffer, seed=plan.seed + plan.rank)
+      shuffle_buffer=plan.shuffle_buffer, seed=plan.seed + plan.rank,
+      skip_examples=distributed.resume_position(start_step, plan.per_process_batch,
+                                                len(shard), plan.shuffle_buffer))
   # Horovod: every rank starts from rank 0's weights (random or init_checkpoint).
   estimator.train(input_fn=input_fn, max_steps=plan.num_train_steps,
                   hooks=distributed.broadcast_hooks())

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One short GPU check (under ~8 minutes once packages are cached): builds a GPU
 # environment and runs the benchmark on one GPU plain, with --use_xla and with
-# --use_amp (float16 + dynamic loss scaling), printing each table.
+# --use_amp (float16 + dynamic loss scaling), printing each table. With 2+ GPUs it
+# then checks that 2 processes pin different GPUs and benchmarks 2 processes.
 #
 #   bash scripts/gpu_check.sh                 # needs nvidia-smi and a CUDA driver
 #   VENV=/path/venv STEPS=40 bash scripts/gpu_check.sh
@@ -34,3 +35,31 @@ for mode in plain xla amp; do
     --batch 32 --extra_args="$extra" --json_out "$OUT/benchmark_$mode.json" \
     --work_dir "$OUT/work_$mode"
 done
+
+# Two processes on two GPUs: each must pin its own GPU (by local rank) before the
+# first eager op, or TF >= 2.11 maps GPU:0 to physical GPU 0 in both. Each rank
+# pins through distributed.init(), runs an eager op and an object collective,
+# and rank 0 checks the two physical GPUs differ; then the 2-process benchmark.
+if [ "$(nvidia-smi -L | grep -c '^GPU')" -ge 2 ]; then
+  echo "== 2 processes, one GPU each =="
+  PATH="$VENV/bin:$PATH" "$VENV/bin/horovodrun" -np 2 --gloo "$PY" -c '
+import sys
+sys.path.insert(0, sys.argv[1])
+import tensorflow as tf
+import distributed
+from distributed import hvd
+runtime = distributed.init()
+assert len(tf.config.list_logical_devices("GPU")) == 1, tf.config.list_logical_devices()
+tf.reduce_sum(tf.ones([4]))  # an eager op after pinning
+pinned = tf.config.get_visible_devices("GPU")[0].name
+names = hvd.allgather_object(pinned)  # Horovod: every rank reports its GPU.
+if runtime.rank == 0:
+  print("ranks pinned to", names)
+  assert len(set(names)) == 2, names
+' "$ROOT"
+  echo "== benchmark on 2 GPUs (2 processes): plain =="
+  "$PY" "$ROOT/scripts/benchmark.py" --gpu --settings 2 --steps "$STEPS" \
+    --batch 32 --json_out "$OUT/benchmark_2gpu.json" --work_dir "$OUT/work_2gpu"
+else
+  echo "== one GPU: the 2-process pinning check needs 2+ GPUs (skipped) =="
+fi

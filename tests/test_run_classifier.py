@@ -114,10 +114,11 @@ def test_cpu_threads_divide_cores_among_local_processes():
   assert distributed.cpu_threads_per_process(cores) == 1
   assert distributed.cpu_threads_per_process(4 * cores) == 1
   assert distributed.cpu_threads_per_process(2, requested=3) == 3
-  config = distributed.make_session_config(False, 0, 1, 2)
+  config = distributed.make_session_config(False, 1, 2)
   assert config.intra_op_parallelism_threads == 1
-  gpu = distributed.make_session_config(True, 3, 1, 2)
-  assert gpu.gpu_options.visible_device_list == "3" and gpu.gpu_options.allow_growth
+  # The GPU is pinned by pin_gpu, before any op; the session must not move it.
+  gpu = distributed.make_session_config(True, 1, 2)
+  assert gpu.gpu_options.visible_device_list == "" and gpu.gpu_options.allow_growth
 
 
 def test_horovod_cycle_time_defaults_to_10ms_on_cpu_hosts_only():

@@ -78,7 +78,7 @@ def runtime(rank, size):
   return distributed.Runtime(rank=rank, size=size, local_rank=rank, local_size=size,
                              cross_rank=0, gpu_available=False, threads=1,
                              session_config=distributed.make_session_config(
-                                 False, rank, 1, 2))
+                                 False, 1, 2))
 
 
 def test_only_rank_zero_saves_checkpoints_and_writes_metrics(tmp_path):
@@ -86,7 +86,7 @@ def test_only_rank_zero_saves_checkpoints_and_writes_metrics(tmp_path):
   assert chief.model_dir == "o" and chief.save_checkpoints_steps == 10
   worker = distributed.make_run_config(runtime(1, 2), "o", "o/1", 3, 10, 2)
   assert worker.model_dir == "o/1" and worker.save_checkpoints_steps is None
-  assert worker.save_checkpoints_secs is None and worker.tf_random_seed == 3
+  assert worker.save_checkpoints_secs is None and worker.tf_random_seed == 3 + 1
   assert distributed.work_dir_of("o", 0) == "o" and distributed.work_dir_of("o", 1) == "o/1"
   with tf.Graph().as_default():
     loss, lr = tf.constant(1.0), tf.constant(0.1)
