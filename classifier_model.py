@@ -122,24 +122,17 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
         num_labels, compute_type=compute_type if is_training else tf.float32)
 
     if init_checkpoint:
-      tvars = tf1.trainable_variables()
-      (assignment_map, _) = modeling.get_assignment_map_from_checkpoint(
-          tvars, init_checkpoint)
-      tf1.train.init_from_checkpoint(init_checkpoint, assignment_map)
+      modeling.init_from_checkpoint(init_checkpoint)
 
     if mode == tf_estimator.estimator.ModeKeys.TRAIN:
-      train_op, lr, grad_norm = optimization.create_optimizer(
-          total_loss, learning_rate, num_train_steps, num_warmup_steps,
+      return optimization.training_spec(
+          total_loss, training_hooks_fn, init_lr=learning_rate,
+          num_train_steps=num_train_steps, num_warmup_steps=num_warmup_steps,
           scale_learning_rate=scale_learning_rate,
           gradient_accumulation_steps=gradient_accumulation_steps,
           fp16_allreduce=fp16_allreduce,
           dynamic_loss_scale=compute_type == tf.float16,
           sparse_embedding_allreduce=sparse_embedding_allreduce)
-      tf1.summary.scalar("learning_rate", lr)
-      tf1.summary.scalar("grad_global_norm", grad_norm)
-      hooks = training_hooks_fn(total_loss, lr) if training_hooks_fn else []
-      return tf_estimator.estimator.EstimatorSpec(
-          mode=mode, loss=total_loss, train_op=train_op, training_hooks=hooks)
     if mode == tf_estimator.estimator.ModeKeys.EVAL:
       return tf_estimator.estimator.EstimatorSpec(
           mode=mode, loss=total_loss,

@@ -220,6 +220,62 @@ def configure_logging(rank):
   tf1.logging.set_verbosity(tf1.logging.ERROR)
 
 
+def define_runtime_flags(flag_values):
+  """Defines the flags every entry point shares: threads, Horovod, speed, logging.
+
+  Read in `main` only, like every flag: `init()` takes the thread and Horovod
+  ones, the entry point's plan the others.
+  """
+  flags.DEFINE_bool(
+      "scale_learning_rate", True,
+      "Multiply the learning rate by the number of processes (the global batch is "
+      "train_batch_size x processes).", flag_values=flag_values)
+  flags.DEFINE_integer(
+      "intra_op_threads", 0,
+      "CPU threads per process for one op; 0 = cores on this host / processes on "
+      "this host.", flag_values=flag_values)
+  flags.DEFINE_integer("inter_op_threads", 2,
+                       "CPU threads per process for running independent ops.",
+                       flag_values=flag_values)
+  flags.DEFINE_float("log_every_secs", 10.0,
+                     "Seconds between progress lines on rank 0.", flag_values=flag_values)
+  flags.DEFINE_integer("keep_checkpoint_max", 3, "Checkpoints kept by rank 0.",
+                       flag_values=flag_values)
+  flags.DEFINE_bool("use_xla", False, "Compile the training graph with XLA (JIT).",
+                    flag_values=flag_values)
+  flags.DEFINE_bool(
+      "use_amp", False,
+      "Mixed precision: float16 with dynamic loss scaling on GPUs, bfloat16 on CPUs "
+      "that support it (avx512_bf16 or amx_bf16); variables stay float32.",
+      flag_values=flag_values)
+  flags.DEFINE_bool("fp16_allreduce", False,
+                    "Compress gradients to float16 for the Horovod allreduce (each "
+                    "divided by the number of processes before the sum).",
+                    flag_values=flag_values)
+  flags.DEFINE_float(
+      "horovod_cycle_time_ms", 0.0,
+      "Horovod's cycle (HOROVOD_CYCLE_TIME): how often ranks coordinate ready "
+      "gradients. 0 = the HOROVOD_CYCLE_TIME environment variable if set, else "
+      "%g ms on hosts without GPUs (each cycle wakes threads on the cores that "
+      "compute) and Horovod's own default (1 ms) with GPUs." % CPU_HOROVOD_CYCLE_TIME_MS,
+      flag_values=flag_values)
+  flags.DEFINE_integer(
+      "gradient_accumulation_steps", 1,
+      "Micro-batches of --train_batch_size per optimizer update (one allreduce per "
+      "update); the global batch is train_batch_size x this x processes.",
+      flag_values=flag_values)
+
+
+def validate_runtime_flags(flags_obj):
+  """Checks the values of `define_runtime_flags`' flags; raises InputError."""
+  if flags_obj.horovod_cycle_time_ms < 0:
+    raise InputError("--horovod_cycle_time_ms must be >= 0, got %g" %
+                     flags_obj.horovod_cycle_time_ms)
+  if flags_obj.gradient_accumulation_steps < 1:
+    raise InputError("--gradient_accumulation_steps must be at least 1, got %d" %
+                     flags_obj.gradient_accumulation_steps)
+
+
 def cpu_threads_per_process(local_size, requested=0, affinity=None, host_cpus=None):
   """Intra-op threads for one of `local_size` processes sharing this host's cores.
 
@@ -509,13 +565,14 @@ def broadcast_hooks():
 
 
 def training_hooks(runtime, work_dir, output_dir, loss, learning_rate, num_train_steps,
-                   per_process_batch, log_every_secs):
+                   per_process_batch, log_every_secs, unit="examples"):
   """Hooks of one rank: its final-step record; on rank 0 also progress and metrics.
 
   Args:
     runtime: `Runtime`. work_dir: this rank's folder; output_dir: rank 0's.
     loss, learning_rate: scalar Tensors. num_train_steps, per_process_batch: ints.
     log_every_secs: float, seconds between progress lines.
+    unit: the word for an example in the progress lines ("sequences").
   """
   hooks = [train_metrics.FinalStepHook(
       os.path.join(work_dir, "train_state.json"), runtime.placement)]
@@ -525,8 +582,104 @@ def training_hooks(runtime, work_dir, output_dir, loss, learning_rate, num_train
         loss, learning_rate, num_train_steps, per_process_batch, runtime.size,
         runtime.threads, log_every_secs=log_every_secs,
         metrics_path=os.path.join(output_dir, "train_metrics.json"),
-        summary_dir=output_dir))
+        summary_dir=output_dir, unit=unit))
   return hooks
+
+
+def average_over_processes(tensor):
+  """The elementwise mean of `tensor` over all processes, in the graph.
+
+  A collective: every rank must run it at the same step (training, not rank 0's
+  eval). Call it with size > 1 only (the single-process stand-in has no allreduce).
+
+  Args:
+    tensor: a float Tensor that is not a gradient, e.g. a count of this rank's batch.
+  """
+  # Horovod: an allreduce (average) of a value of the forward pass.
+  return hvd.allreduce(tensor, op=hvd.Average, name="average_over_processes")
+
+
+def plan_or_exit(setup_fn, *args):
+  """`setup_fn(*args)` on every rank; a bad input on any rank ends all with exit 2.
+
+  Returns:
+    What setup_fn returned (only when no rank raised a ValueError, the base of
+    InputError and of the modules' own input errors).
+  """
+  try:
+    plan, error = setup_fn(*args), None
+  except ValueError as e:
+    plan, error = None, str(e)
+  # Horovod: every rank learns every rank's input error before any collective.
+  errors = gather_errors(error)
+  if errors:
+    fail(error or errors[0], EXIT_BAD_INPUT)
+  return plan
+
+
+def prepare_output_dirs(rank, output_dir, work_dir, result_files):
+  """Rank 0 removes earlier `result_files` from `output_dir`; every rank makes work_dir.
+
+  Results of an earlier run must not outlive a failure of this one.
+  """
+  # Horovod: rank 0 owns output_dir's results.
+  if rank == 0:
+    for name in result_files:
+      if tf.io.gfile.exists(os.path.join(output_dir, name)):
+        tf.io.gfile.remove(os.path.join(output_dir, name))
+  tf.io.gfile.makedirs(work_dir)
+
+
+def training_hooks_fn(runtime, work_dir, output_dir, num_train_steps, per_process_batch,
+                      log_every_secs, unit="examples"):
+  """The (loss, learning_rate) -> hooks function a model_fn_builder takes (see
+  `training_hooks`)."""
+  def hooks_fn(loss, learning_rate):
+    return training_hooks(runtime, work_dir, output_dir, loss, learning_rate,
+                          num_train_steps, per_process_batch, log_every_secs, unit=unit)
+  return hooks_fn
+
+
+def make_estimator(runtime, model_fn, output_dir, work_dir, seed, save_checkpoints_steps,
+                   keep_checkpoint_max):
+  """An Estimator for this rank (see `make_run_config`: rank 0 alone saves)."""
+  return tf_estimator.estimator.Estimator(
+      model_fn=model_fn, config=make_run_config(runtime, output_dir, work_dir, seed,
+                                                save_checkpoints_steps,
+                                                keep_checkpoint_max))
+
+
+def train_to_step(estimator_fn, input_fn_for_step, output_dir, rank, num_train_steps,
+                  accumulation_steps=1):
+  """Trains every rank to `num_train_steps` from rank 0's latest checkpoint.
+
+  Args:
+    estimator_fn: () -> this rank's Estimator (made only when steps remain).
+    input_fn_for_step: start_step -> the training input_fn.
+    output_dir: rank 0's checkpoint folder. rank: this rank.
+    num_train_steps: int, the global step every rank stops at.
+    accumulation_steps: int, micro-batches per update; a checkpoint inside an
+      accumulation window is a bad input (exit 2 on every rank).
+
+  Returns:
+    The step training started at (num_train_steps or more: nothing was left).
+  """
+  # Horovod: rank 0's checkpoint decides where training resumes, on every rank.
+  start_step = broadcast_resume_step(output_dir, rank)
+  if start_step >= num_train_steps:
+    LOG.info("training already finished at step %d; skipping", start_step)
+    return start_step
+  if start_step % accumulation_steps:
+    # Every rank knows start_step, so every rank stops here alike.
+    fail("%s: checkpoint at step %d is not a multiple of --gradient_accumulation_steps=%d "
+         "(saved by a run with other settings); resume with those settings or use a "
+         "new --output_dir" % (output_dir, start_step, accumulation_steps),
+         EXIT_BAD_INPUT)
+  LOG.info("starting at step %d, training to step %d", start_step, num_train_steps)
+  # Horovod: every rank starts from rank 0's weights (random or init_checkpoint).
+  estimator_fn().train(input_fn=input_fn_for_step(start_step), max_steps=num_train_steps,
+                       hooks=broadcast_hooks())
+  return start_step
 
 
 def make_run_config(runtime, output_dir, work_dir, seed, save_checkpoints_steps,

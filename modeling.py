@@ -10,6 +10,7 @@ import collections
 import copy
 import json
 import math
+import os
 import re
 
 import numpy as np
@@ -24,6 +25,10 @@ REQUIRED_CONFIG_KEYS = ("vocab_size", "hidden_size", "num_hidden_layers",
 
 class ConfigError(ValueError):
   """A `bert_config.json` that is missing, unreadable or inconsistent."""
+
+
+class CheckpointError(ValueError):
+  """An `--init_checkpoint` that is missing, unreadable or of other shapes."""
 
 
 class BertConfig(object):
@@ -165,9 +170,12 @@ class BertModel(object):
       input_mask: (optional) int32 Tensor of shape [batch_size, seq_length].
       token_type_ids: (optional) int32 Tensor of shape [batch_size, seq_length].
       scope: (optional) variable scope. Defaults to "bert".
-      compute_type: dtype of the encoder's activations and matmuls (tf.float32,
-        or tf.bfloat16/tf.float16 for mixed precision). Variables stay float32;
-        layer norm statistics and the outputs are float32.
+      compute_type: mixed precision of the encoder. tf.float32: none.
+        tf.float16: activations and matmuls in float16. tf.bfloat16 (CPU): the
+        matmuls only, their inputs cast to bfloat16 and their outputs back to
+        float32; activations and element-wise ops stay float32 (TensorFlow's
+        bfloat16 element-wise CPU kernels are slower than its float32 ones).
+        Variables stay float32; layer norm statistics and the outputs are float32.
     """
     config = copy.deepcopy(config)
     if not is_training:
@@ -201,8 +209,9 @@ class BertModel(object):
 
       with tf1.variable_scope("encoder"):
         attention_mask = create_attention_mask_from_input_mask(input_mask)
+        activation_type = tf.float32 if compute_type == tf.bfloat16 else compute_type
         self.all_encoder_layers = transformer_model(
-            input_tensor=tf.cast(self.embedding_output, compute_type),
+            input_tensor=tf.cast(self.embedding_output, activation_type),
             attention_mask=attention_mask,
             hidden_size=config.hidden_size,
             num_hidden_layers=config.num_hidden_layers,
@@ -212,7 +221,8 @@ class BertModel(object):
             hidden_dropout_prob=config.hidden_dropout_prob,
             attention_probs_dropout_prob=config.attention_probs_dropout_prob,
             initializer_range=config.initializer_range,
-            do_return_all_layers=True)
+            do_return_all_layers=True,
+            matmul_type=compute_type)
 
       self.all_encoder_layers = [tf.cast(x, tf.float32) for x in self.all_encoder_layers]
       self.sequence_output = self.all_encoder_layers[-1]
@@ -302,6 +312,16 @@ def get_assignment_map_from_checkpoint(tvars, init_checkpoint):
   return (assignment_map, initialized_variable_names)
 
 
+def init_from_checkpoint(init_checkpoint):
+  """Initializes every trainable variable that `init_checkpoint` holds by name.
+
+  Variables the checkpoint lacks (a new head) keep their initializers.
+  """
+  (assignment_map, _) = get_assignment_map_from_checkpoint(tf1.trainable_variables(),
+                                                           init_checkpoint)
+  tf1.train.init_from_checkpoint(init_checkpoint, assignment_map)
+
+
 DROPOUT_RESOLUTION = 1 << 16  # Each element's keep/drop draw is a 16-bit integer.
 
 
@@ -381,7 +401,19 @@ def create_initializer(initializer_range=0.02):
   return tf1.truncated_normal_initializer(stddev=initializer_range)
 
 
-def dense(input_tensor, units, name, initializer_range, activation=None):
+def matmul(a, b, matmul_type=None, **kwargs):
+  """`tf.matmul(a, b, **kwargs)` computed in `matmul_type` (default a's dtype).
+
+  The inputs are cast to `matmul_type` and the product back to a's dtype: with
+  tf.bfloat16 on CPU only the product runs in oneDNN's bfloat16 (AMX) kernels.
+  """
+  matmul_type = matmul_type or a.dtype
+  product = tf.matmul(tf.cast(a, matmul_type), tf.cast(b, matmul_type), **kwargs)
+  return tf.cast(product, a.dtype)
+
+
+def dense(input_tensor, units, name, initializer_range, activation=None,
+          matmul_type=None):
   """A fully connected layer with variables `<name>/kernel` [in, units] and `<name>/bias`.
 
   Args:
@@ -390,16 +422,17 @@ def dense(input_tensor, units, name, initializer_range, activation=None):
     name: variable scope name ("dense", "query", ...).
     initializer_range: float, stddev of the kernel initializer.
     activation: optional function applied to the output.
+    matmul_type: optional dtype of the matmul (see `matmul`).
 
   Returns:
-    float Tensor of shape [N, units].
+    float Tensor of shape [N, units], input_tensor's dtype.
   """
   with tf1.variable_scope(name):
     in_width = input_tensor.shape[-1]
     kernel = tf1.get_variable("kernel", [in_width, units],
                               initializer=create_initializer(initializer_range))
     bias = tf1.get_variable("bias", [units], initializer=tf1.zeros_initializer())
-    output = tf.matmul(input_tensor, tf.cast(kernel, input_tensor.dtype))
+    output = matmul(input_tensor, kernel, matmul_type)
     output = tf.nn.bias_add(output, tf.cast(bias, input_tensor.dtype))
     if activation is not None:
       output = activation(output)
@@ -507,7 +540,8 @@ def attention_layer(input_tensor,
                     num_attention_heads,
                     size_per_head,
                     attention_probs_dropout_prob,
-                    initializer_range):
+                    initializer_range,
+                    matmul_type=None):
   """Multi-headed self-attention.
 
   Args:
@@ -518,6 +552,7 @@ def attention_layer(input_tensor,
     size_per_head: int. H below.
     attention_probs_dropout_prob: float. Dropout on the attention probabilities.
     initializer_range: float. Range of the weight initializer.
+    matmul_type: optional dtype of the matmuls (see `matmul`).
 
   Returns:
     float Tensor of shape [batch_size * seq_length, num_attention_heads * size_per_head].
@@ -530,19 +565,22 @@ def attention_layer(input_tensor,
     x = tf.reshape(x, [batch_size, seq_length, num_attention_heads, size_per_head])
     return tf.transpose(x, [0, 2, 1, 3])
 
-  query = split_heads(dense(input_tensor, width, "query", initializer_range))
-  key = split_heads(dense(input_tensor, width, "key", initializer_range))
-  value = split_heads(dense(input_tensor, width, "value", initializer_range))
+  query = split_heads(dense(input_tensor, width, "query", initializer_range,
+                            matmul_type=matmul_type))
+  key = split_heads(dense(input_tensor, width, "key", initializer_range,
+                          matmul_type=matmul_type))
+  value = split_heads(dense(input_tensor, width, "value", initializer_range,
+                            matmul_type=matmul_type))
 
   # [B, N, S, S]
-  scores = tf.matmul(query, key, transpose_b=True)
+  scores = matmul(query, key, matmul_type, transpose_b=True)
   scores *= 1.0 / math.sqrt(float(size_per_head))
   scores += tf.cast(attention_mask, scores.dtype)
   probs = tf.nn.softmax(scores)
   probs = dropout(probs, attention_probs_dropout_prob)
 
   # [B, N, S, H] -> [B, S, N, H] -> [B*S, N*H]
-  context = tf.matmul(probs, value)
+  context = matmul(probs, value, matmul_type)
   context = tf.transpose(context, [0, 2, 1, 3])
   return tf.reshape(context, [-1, width])
 
@@ -557,7 +595,8 @@ def transformer_model(input_tensor,
                       hidden_dropout_prob=0.1,
                       attention_probs_dropout_prob=0.1,
                       initializer_range=0.02,
-                      do_return_all_layers=False):
+                      do_return_all_layers=False,
+                      matmul_type=None):
   """The Transformer encoder of "Attention is All You Need" as used by BERT.
 
   Args:
@@ -565,6 +604,7 @@ def transformer_model(input_tensor,
     attention_mask: float Tensor of shape [batch_size, 1, 1, seq_length].
     hidden_size .. initializer_range: see `BertConfig`.
     do_return_all_layers: return every layer's output rather than the last.
+    matmul_type: optional dtype of the matmuls (see `matmul`).
 
   Returns:
     float Tensor of shape [batch_size, seq_length, hidden_size] (or a list of them).
@@ -587,18 +627,19 @@ def transformer_model(input_tensor,
           attention_output = attention_layer(
               layer_input, attention_mask, batch_size, seq_length,
               num_attention_heads, size_per_head,
-              attention_probs_dropout_prob, initializer_range)
+              attention_probs_dropout_prob, initializer_range, matmul_type)
         with tf1.variable_scope("output"):
           attention_output = dense(attention_output, hidden_size, "dense",
-                                   initializer_range)
+                                   initializer_range, matmul_type=matmul_type)
           attention_output = dropout(attention_output, hidden_dropout_prob)
           attention_output = layer_norm(attention_output + layer_input)
       with tf1.variable_scope("intermediate"):
         intermediate_output = dense(attention_output, intermediate_size, "dense",
-                                    initializer_range, activation=intermediate_act_fn)
+                                    initializer_range, activation=intermediate_act_fn,
+                                    matmul_type=matmul_type)
       with tf1.variable_scope("output"):
         layer_output = dense(intermediate_output, hidden_size, "dense",
-                             initializer_range)
+                             initializer_range, matmul_type=matmul_type)
         layer_output = dropout(layer_output, hidden_dropout_prob)
         layer_output = layer_norm(layer_output + attention_output)
       prev_output = layer_output
@@ -672,6 +713,39 @@ def expected_checkpoint_shapes(config, num_labels=None):
     shapes["output_weights"] = (num_labels, h)
     shapes["output_bias"] = (num_labels,)
   return shapes
+
+
+def check_checkpoint_shapes(init_checkpoint, expected):
+  """Checks that `init_checkpoint` can initialize a model with variables `expected`.
+
+  Args:
+    init_checkpoint: checkpoint path (prefix of its .index file).
+    expected: dict of variable name -> shape, the model's (e.g.
+      `expected_checkpoint_shapes(config)`).
+
+  Raises:
+    CheckpointError: the checkpoint is missing or unreadable, holds none of the
+      `expected` variables, or holds one of them with another shape.
+  """
+  index = init_checkpoint + ".index"
+  if not (os.path.exists(index) or os.path.exists(init_checkpoint)):
+    raise CheckpointError("--init_checkpoint=%s: no such checkpoint (%s not found)" %
+                          (init_checkpoint, index))
+  try:
+    ckpt_shapes = dict(tf.train.list_variables(init_checkpoint))
+  except (tf.errors.OpError, ValueError) as e:
+    raise CheckpointError("--init_checkpoint=%s: cannot read (%s)" %
+                          (init_checkpoint, str(e).splitlines()[0]))
+  found = [name for name in expected if name in ckpt_shapes]
+  if not found:
+    raise CheckpointError("--init_checkpoint=%s: holds none of the BERT variables "
+                          "(e.g. %s)" % (init_checkpoint, next(iter(expected))))
+  for name in found:
+    if tuple(ckpt_shapes[name]) != tuple(expected[name]):
+      raise CheckpointError("--init_checkpoint=%s: variable %s has shape %s, the "
+                            "config needs %s" % (init_checkpoint, name,
+                                                 list(ckpt_shapes[name]),
+                                                 list(expected[name])))
 
 
 def count_parameters(config, include_embeddings=True):

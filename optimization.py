@@ -3,6 +3,7 @@
 import re
 
 import tensorflow as tf
+import tensorflow_estimator as tf_estimator
 
 from distributed import hvd
 
@@ -33,8 +34,8 @@ def learning_rate_schedule(init_lr, global_step, num_train_steps, num_warmup_ste
 def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
                      scale_learning_rate=True, gradient_accumulation_steps=1,
                      fp16_allreduce=False, dynamic_loss_scale=False,
-                     sparse_embedding_allreduce=False):
-  """Creates the training op: Horovod-averaged, clipped AdamWeightDecay updates.
+                     sparse_embedding_allreduce=False, optimizer_name="adamw"):
+  """Creates the training op: Horovod-averaged, clipped AdamWeightDecay or LAMB updates.
 
   Args:
     loss: float32 scalar Tensor, the mean loss of this process's batch.
@@ -58,6 +59,7 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
       the dense [vocab_size, hidden] table; cheaper when processes x tokens per
       batch is below vocab_size. Not with gradient accumulation (Horovod
       accumulates dense gradients only, and raises otherwise).
+    optimizer_name: "adamw" (Google's AdamWeightDecayOptimizer) or "lamb".
 
   Returns:
     (train_op, learning_rate, grad_norm): the op, the current rate and the global
@@ -73,13 +75,7 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
     # Horovod: scale the rate by the number of processes (the global batch grows).
     learning_rate = learning_rate * hvd.size()
 
-  base_optimizer = AdamWeightDecayOptimizer(
-      learning_rate=learning_rate,
-      weight_decay_rate=0.01,
-      beta_1=0.9,
-      beta_2=0.999,
-      epsilon=1e-6,
-      exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"])
+  base_optimizer = make_base_optimizer(optimizer_name, learning_rate)
 
   # Horovod: wrap the optimizer so compute_gradients() returns gradients averaged
   # over all processes: an allreduce of each dense gradient and, unless
@@ -147,6 +143,38 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
                      lambda: tf.group(global_step.assign_add(1)))
   return (tf.group(apply_op, update_loss_scale(loss_scale, finite, update_step)),
           learning_rate, grad_norm)
+
+
+def training_spec(loss, training_hooks_fn=None, **optimizer_args):
+  """The Estimator's TRAIN spec: the op of `create_optimizer(loss, **optimizer_args)`,
+  TensorBoard scalars of its learning rate and gradient norm, and the hooks of
+  `training_hooks_fn(loss, learning_rate)` (optional)."""
+  train_op, learning_rate, grad_norm = create_optimizer(loss, **optimizer_args)
+  tf1.summary.scalar("learning_rate", learning_rate)
+  tf1.summary.scalar("grad_global_norm", grad_norm)
+  hooks = training_hooks_fn(loss, learning_rate) if training_hooks_fn else []
+  return tf_estimator.estimator.EstimatorSpec(
+      mode=tf_estimator.estimator.ModeKeys.TRAIN, loss=loss, train_op=train_op,
+      training_hooks=hooks)
+
+
+def make_base_optimizer(optimizer_name, learning_rate):
+  """The per-process optimizer `create_optimizer` wraps: "adamw" or "lamb".
+
+  Both use Google's BERT settings: decoupled weight decay 0.01, betas 0.9/0.999,
+  epsilon 1e-6, and LayerNorm parameters and biases excluded from the decay (and,
+  for LAMB, from the trust ratio).
+  """
+  optimizers = {"adamw": AdamWeightDecayOptimizer, "lamb": LambOptimizer}
+  if optimizer_name not in optimizers:
+    raise ValueError("unknown optimizer %r (choose adamw or lamb)" % optimizer_name)
+  return optimizers[optimizer_name](
+      learning_rate=learning_rate,
+      weight_decay_rate=0.01,
+      beta_1=0.9,
+      beta_2=0.999,
+      epsilon=1e-6,
+      exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"])
 
 
 def update_loss_scale(loss_scale, finite, update_step=None, growth_interval=2000):

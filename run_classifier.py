@@ -16,7 +16,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 import tensorflow as tf
-import tensorflow_estimator as tf_estimator
 
 import classifier_data
 import classifier_model
@@ -28,9 +27,7 @@ import tokenization
 import train_metrics
 
 LOG = train_metrics.LOG
-EXIT_BAD_INPUT = distributed.EXIT_BAD_INPUT
 RESULT_FILES = ("eval_results.txt", "test_results.tsv")
-CPU_HOROVOD_CYCLE_TIME_MS = distributed.CPU_HOROVOD_CYCLE_TIME_MS
 
 FLAGS = flags.FLAGS
 
@@ -84,41 +81,22 @@ flags.DEFINE_integer("iterations_per_loop", 1000,
                      "Accepted for compatibility with Google's script; unused.")
 flags.DEFINE_bool("use_tpu", False, "Accepted for compatibility; must stay False.")
 
-## Horovod and run-control parameters
+## Horovod and run-control parameters (and those of distributed.define_runtime_flags)
+distributed.define_runtime_flags(FLAGS)
+flags.adopt_module_key_flags(distributed)  # --help lists them with this script's.
 flags.DEFINE_integer(
     "seed", 12345,
     "Seed of the global example order (one shuffle, identical on every rank), of "
     "weight initialization and of the shuffle buffer.")
-flags.DEFINE_bool(
-    "scale_learning_rate", True,
-    "Multiply the learning rate by the number of processes (the global batch is "
-    "train_batch_size x processes).")
 flags.DEFINE_integer(
     "train_shuffle_buffer", 100,
     "Shuffle buffer of the training input per process; 0 keeps the seeded global "
     "order exactly (every epoch in the same order).")
 flags.DEFINE_integer(
-    "intra_op_threads", 0,
-    "CPU threads per process for one op; 0 = cores on this host / processes on "
-    "this host.")
-flags.DEFINE_integer("inter_op_threads", 2,
-                     "CPU threads per process for running independent ops.")
-flags.DEFINE_integer(
     "max_train_steps", 0,
     "If > 0, stop training after this many steps (caps the epoch-derived count).")
-flags.DEFINE_float("log_every_secs", 10.0,
-                   "Seconds between progress lines on rank 0.")
-flags.DEFINE_integer("keep_checkpoint_max", 3, "Checkpoints kept by rank 0.")
 
-## Speed options
-flags.DEFINE_bool("use_xla", False, "Compile the training graph with XLA (JIT).")
-flags.DEFINE_bool(
-    "use_amp", False,
-    "Mixed precision: float16 with dynamic loss scaling on GPUs, bfloat16 on CPUs "
-    "that support it (avx512_bf16 or amx_bf16); variables stay float32.")
-flags.DEFINE_bool("fp16_allreduce", False,
-                  "Compress gradients to float16 for the Horovod allreduce (each "
-                  "divided by the number of processes before the sum).")
+## Speed options (the shared ones: distributed.define_runtime_flags)
 flags.DEFINE_enum(
     "embedding_allreduce", "auto", ["auto", "dense", "sparse"],
     "How ranks exchange the word-embedding gradient: 'dense' allreduces the whole "
@@ -126,16 +104,6 @@ flags.DEFINE_enum(
     "used; 'auto' picks sparse when processes x train_batch_size x max_seq_length "
     "< vocab_size (fewer bytes), on CPUs, without gradient accumulation or "
     "--fp16_allreduce.")
-flags.DEFINE_float(
-    "horovod_cycle_time_ms", 0.0,
-    "Horovod's cycle (HOROVOD_CYCLE_TIME): how often ranks coordinate ready "
-    "gradients. 0 = the HOROVOD_CYCLE_TIME environment variable if set, else "
-    "%g ms on hosts without GPUs (each cycle wakes threads on the cores that "
-    "compute) and Horovod's own default (1 ms) with GPUs." % CPU_HOROVOD_CYCLE_TIME_MS)
-flags.DEFINE_integer(
-    "gradient_accumulation_steps", 1,
-    "Micro-batches of --train_batch_size per optimizer update (one allreduce per "
-    "update); the global batch is train_batch_size x this x processes.")
 flags.DEFINE_string(
     "export_dir", None,
     "If set, rank 0 writes a SavedModel of the final checkpoint here (serving "
@@ -166,12 +134,7 @@ def validate_flags(flags_obj):
                      flags_obj.warmup_proportion)
   if flags_obj.max_seq_length < 3:
     raise InputError("--max_seq_length must be at least 3")
-  if flags_obj.horovod_cycle_time_ms < 0:
-    raise InputError("--horovod_cycle_time_ms must be >= 0, got %g" %
-                     flags_obj.horovod_cycle_time_ms)
-  if flags_obj.gradient_accumulation_steps < 1:
-    raise InputError("--gradient_accumulation_steps must be at least 1, got %d" %
-                     flags_obj.gradient_accumulation_steps)
+  distributed.validate_runtime_flags(flags_obj)
   if (flags_obj.embedding_allreduce == "sparse" and
       flags_obj.gradient_accumulation_steps > 1):
     raise InputError("--embedding_allreduce=sparse does not work with "
@@ -180,29 +143,10 @@ def validate_flags(flags_obj):
 
 
 def check_checkpoint_matches(init_checkpoint, bert_config, num_labels):
-  """Raises InputError if `init_checkpoint` is missing or its shapes differ from the model."""
-  index = init_checkpoint + ".index"
-  if not (os.path.exists(index) or os.path.exists(init_checkpoint)):
-    raise InputError("--init_checkpoint=%s: no such checkpoint (%s not found)" %
-                     (init_checkpoint, index))
-  try:
-    ckpt_shapes = dict(tf.train.list_variables(init_checkpoint))
-  except (tf.errors.OpError, ValueError) as e:
-    raise InputError("--init_checkpoint=%s: cannot read (%s)" %
-                     (init_checkpoint, str(e).splitlines()[0]))
-  expected = modeling.expected_checkpoint_shapes(bert_config, num_labels)
-  found = 0
-  for name, shape in expected.items():
-    if name not in ckpt_shapes:
-      continue
-    found += 1
-    if tuple(ckpt_shapes[name]) != tuple(shape):
-      raise InputError("--init_checkpoint=%s: variable %s has shape %s, the config "
-                       "needs %s" % (init_checkpoint, name, list(ckpt_shapes[name]),
-                                     list(shape)))
-  if found == 0:
-    raise InputError("--init_checkpoint=%s: holds none of the BERT variables (e.g. %s)"
-                     % (init_checkpoint, next(iter(expected))))
+  """Raises modeling.CheckpointError if `init_checkpoint` is missing or its shapes
+  differ from the model's."""
+  modeling.check_checkpoint_shapes(
+      init_checkpoint, modeling.expected_checkpoint_shapes(bert_config, num_labels))
 
 
 class RunPlan(object):
@@ -342,20 +286,13 @@ def setup(flags_obj, runtime):
 
 def make_estimator(plan):
   """An Estimator for this rank. Only rank 0 saves checkpoints and summaries."""
-  run_config = distributed.make_run_config(
-      plan.runtime, plan.output_dir, plan.work_dir, plan.seed,
+  return distributed.make_estimator(
+      plan.runtime, build_model_fn(plan), plan.output_dir, plan.work_dir, plan.seed,
       plan.save_checkpoints_steps, plan.keep_checkpoint_max)
-  return tf_estimator.estimator.Estimator(model_fn=build_model_fn(plan),
-                                          config=run_config)
 
 
 def build_model_fn(plan):
   """The model_fn for this rank (init checkpoint on rank 0 only)."""
-  def training_hooks_fn(loss, lr):
-    return distributed.training_hooks(
-        plan.runtime, plan.work_dir, plan.output_dir, loss, lr, plan.num_train_steps,
-        plan.per_process_batch, plan.log_every_secs)
-
   return classifier_model.model_fn_builder(
       bert_config=plan.bert_config,
       num_labels=len(plan.label_list),
@@ -366,7 +303,9 @@ def build_model_fn(plan):
       num_warmup_steps=plan.num_warmup_steps,
       task_name=plan.task_name,
       scale_learning_rate=plan.scale_learning_rate,
-      training_hooks_fn=training_hooks_fn,
+      training_hooks_fn=distributed.training_hooks_fn(
+          plan.runtime, plan.work_dir, plan.output_dir, plan.num_train_steps,
+          plan.per_process_batch, plan.log_every_secs),
       compute_type=plan.compute_type,
       gradient_accumulation_steps=plan.accumulation_steps,
       fp16_allreduce=plan.fp16_allreduce,
@@ -382,34 +321,25 @@ def train(plan):
   classifier_data.convert_examples_cached(shard, plan.label_list, plan.max_seq_length,
                                           plan.tokenizer, train_file)
 
-  # Horovod: rank 0's checkpoint decides where training resumes, on every rank.
-  start_step = distributed.broadcast_resume_step(plan.output_dir, plan.rank)
   k = plan.accumulation_steps
   LOG.info("training: %d examples, %d processes x batch %d%s = global batch %d, "
-           "%d steps (%d warmup), starting at step %d; %s", len(plan.train_examples),
+           "%d steps (%d warmup); %s", len(plan.train_examples),
            plan.size, plan.per_process_batch, " x %d accumulated" % k if k > 1 else "",
-           plan.global_batch, plan.num_train_steps, plan.num_warmup_steps, start_step,
+           plan.global_batch, plan.num_train_steps, plan.num_warmup_steps,
            distributed.describe(plan.runtime, plan.compute_type, plan.use_xla,
                                 plan.fp16_allreduce, plan.sparse_embedding_allreduce))
-  if start_step >= plan.num_train_steps:
-    LOG.info("training already finished at step %d; skipping", start_step)
-    return
-  if start_step % k:
-    # Every rank knows start_step, so every rank stops here alike.
-    distributed.fail(
-        "%s: checkpoint at step %d is not a multiple of --gradient_accumulation_steps=%d "
-        "(saved by a run with other settings); resume with those settings or use a "
-        "new --output_dir" % (plan.output_dir, start_step, k), EXIT_BAD_INPUT)
-  estimator = make_estimator(plan)
-  input_fn = classifier_data.file_based_input_fn_builder(
-      train_file, plan.max_seq_length, plan.per_process_batch, is_training=True,
-      # Horovod: a seed per rank, so the ranks' shuffle buffers differ.
-      shuffle_buffer=plan.shuffle_buffer, seed=plan.seed + plan.rank,
-      skip_examples=distributed.resume_position(start_step, plan.per_process_batch,
-                                                len(shard), plan.shuffle_buffer))
-  # Horovod: every rank starts from rank 0's weights (random or init_checkpoint).
-  estimator.train(input_fn=input_fn, max_steps=plan.num_train_steps,
-                  hooks=distributed.broadcast_hooks())
+
+  def input_fn_for_step(start_step):
+    return classifier_data.file_based_input_fn_builder(
+        train_file, plan.max_seq_length, plan.per_process_batch, is_training=True,
+        # Horovod: a seed per rank, so the ranks' shuffle buffers differ.
+        shuffle_buffer=plan.shuffle_buffer, seed=plan.seed + plan.rank,
+        skip_examples=distributed.resume_position(start_step, plan.per_process_batch,
+                                                  len(shard), plan.shuffle_buffer))
+
+  # Horovod: every rank resumes from rank 0's checkpoint and stops at the same step.
+  distributed.train_to_step(lambda: make_estimator(plan), input_fn_for_step,
+                            plan.output_dir, plan.rank, plan.num_train_steps, k)
 
 
 def evaluate(plan):
@@ -420,11 +350,8 @@ def evaluate(plan):
   input_fn = classifier_data.file_based_input_fn_builder(
       eval_file, plan.max_seq_length, plan.eval_batch_size, is_training=False)
   result = make_estimator(plan).evaluate(input_fn=input_fn)
-  lines = ["%s = %s\n" % (key, result[key]) for key in sorted(result)]
-  LOG.info("eval results (%d examples): %s", len(plan.eval_examples),
-           ", ".join(l.strip() for l in lines))
-  train_metrics.atomic_write_text(os.path.join(plan.output_dir, "eval_results.txt"),
-                                  "".join(lines))
+  train_metrics.write_eval_results(os.path.join(plan.output_dir, "eval_results.txt"),
+                                   result, "%d examples" % len(plan.eval_examples))
   return result
 
 
@@ -463,26 +390,14 @@ def export_model(plan):
 def main(_):
   runtime = distributed.init(FLAGS.horovod_cycle_time_ms, FLAGS.intra_op_threads,
                              FLAGS.inter_op_threads, FLAGS.use_xla)
-  try:
-    plan = setup(FLAGS, runtime)
-    error = None
-  except (InputError, modeling.ConfigError, ValueError) as e:
-    plan, error = None, str(e)
-  # Horovod: every rank learns every rank's input error before any collective.
-  errors = distributed.gather_errors(error)
-  if errors:
-    distributed.fail(error or errors[0], EXIT_BAD_INPUT)
-
-  # Horovod: rank 0 owns output_dir's results and labels.
-  if plan.rank == 0:
-    # Results of an earlier run must not outlive a failure of this one.
-    for name in RESULT_FILES:
-      if tf.io.gfile.exists(os.path.join(plan.output_dir, name)):
-        tf.io.gfile.remove(os.path.join(plan.output_dir, name))
-    if FLAGS.do_train:
-      train_metrics.atomic_write_text(os.path.join(plan.output_dir, "label_list.txt"),
-                                      "".join(l + "\n" for l in plan.label_list))
-  tf.io.gfile.makedirs(plan.work_dir)
+  # Horovod: a bad input on any rank ends every rank (exit 2) before any collective.
+  plan = distributed.plan_or_exit(setup, FLAGS, runtime)
+  distributed.prepare_output_dirs(plan.rank, plan.output_dir, plan.work_dir,
+                                  RESULT_FILES)
+  # Horovod: rank 0 owns output_dir's labels.
+  if plan.rank == 0 and FLAGS.do_train:
+    train_metrics.atomic_write_text(os.path.join(plan.output_dir, "label_list.txt"),
+                                    "".join(l + "\n" for l in plan.label_list))
 
   if FLAGS.do_train:
     train(plan)

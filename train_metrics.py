@@ -24,6 +24,18 @@ def atomic_write_text(path, text):
   os.replace(tmp, path)
 
 
+def write_eval_results(path, result, what):
+  """Writes an Estimator's eval `result` as Google's `key = value` lines and logs them.
+
+  Args:
+    path: the eval_results.txt to write. result: dict of metric name -> value.
+    what: a few words on what was evaluated, for the log line.
+  """
+  lines = ["%s = %s\n" % (key, result[key]) for key in sorted(result)]
+  LOG.info("eval results (%s): %s", what, ", ".join(l.strip() for l in lines))
+  atomic_write_text(path, "".join(lines))
+
+
 class ThroughputHook(tf.compat.v1.train.SessionRunHook):
   """Logs progress and measures throughput on one process (rank 0 by convention).
 
@@ -34,7 +46,7 @@ class ThroughputHook(tf.compat.v1.train.SessionRunHook):
 
   def __init__(self, loss, learning_rate, num_train_steps, per_process_batch,
                num_processes, threads_per_process, log_every_secs=10.0,
-               warmup_steps=5, metrics_path=None, summary_dir=None):
+               warmup_steps=5, metrics_path=None, summary_dir=None, unit="examples"):
     """Args:
       loss: float32 scalar Tensor, this process's batch loss.
       learning_rate: float32 scalar Tensor.
@@ -47,6 +59,8 @@ class ThroughputHook(tf.compat.v1.train.SessionRunHook):
       metrics_path: optional path of the JSON written at the end.
       summary_dir: optional folder for TensorBoard scalars `examples_per_sec_global`
         and `examples_per_sec_per_process` (written at each progress line).
+      unit: the word for an example in the log lines ("sequences" for
+        pretraining); the JSON and TensorBoard keys keep `examples_per_sec_*`.
     """
     self._loss = loss
     self._lr = learning_rate
@@ -65,6 +79,7 @@ class ThroughputHook(tf.compat.v1.train.SessionRunHook):
     self._t0 = None
     self._global_step_tensor = None
     self._summary_dir = summary_dir
+    self._unit = unit
     self._writer = None
 
   @property
@@ -117,15 +132,16 @@ class ThroughputHook(tf.compat.v1.train.SessionRunHook):
     step_time = float(np.mean(self._step_times[-50:]))
     global_rate = self.global_batch / step_time
     eta = max(self._num_train_steps - step, 0) * step_time
-    return "%.1f examples/sec global (%.1f per process) | ETA %s" % (
-        global_rate, global_rate / self._size, _format_secs(eta))
+    return "%.1f %s/sec global (%.1f per process) | ETA %s" % (
+        global_rate, self._unit, global_rate / self._size, _format_secs(eta))
 
   def end(self, session):
     summary = self.summary()
     if summary is None:
       return
-    LOG.info("throughput: %.1f examples/sec global, %.1f per process over %d timed "
+    LOG.info("throughput: %.1f %s/sec global, %.1f per process over %d timed "
              "steps (step p50 %.3fs, p90 %.3fs)", summary["examples_per_sec_global"],
+             self._unit,
              summary["examples_per_sec_per_process"], summary["steps_timed"],
              summary["step_time_p50_s"], summary["step_time_p90_s"])
     if self._metrics_path:

@@ -135,3 +135,26 @@ def test_weight_decay_waits_for_the_gradient():
 
     for op in decays:
       assert depends_on_loss_gradient(op, set()), op.name
+
+
+def test_create_optimizer_lamb_with_accumulation_updates_once_per_k_steps():
+  """--optimizer=lamb through create_optimizer: LAMB's slots and update counter are
+  made outside Horovod's accumulation cond, and it updates once per k micro-batches."""
+  with tf.Graph().as_default():
+    w = tf1.get_variable("w", shape=[3], initializer=tf1.constant_initializer([0.1, -0.2, -0.1]))
+    x = tf.constant([0.4, 0.2, -0.5])
+    loss = tf.reduce_mean(tf.square(x - w))
+    train_op, _, _ = optimization.create_optimizer(
+        loss=loss, init_lr=0.05, num_train_steps=200, num_warmup_steps=0,
+        gradient_accumulation_steps=2, optimizer_name="lamb")
+    global_step = tf1.train.get_global_step()
+    counter = [v for v in tf1.global_variables() if v.name == "LambOptimizer/step:0"]
+    assert len(counter) == 1
+    with tf1.Session() as sess:
+      # Horovod's accumulation counters are local variables.
+      sess.run([tf1.global_variables_initializer(), tf1.local_variables_initializer()])
+      for _ in range(200):
+        sess.run(train_op)
+      w_np, step, updates = sess.run([w, global_step, counter[0]])
+  np.testing.assert_allclose(w_np, [0.4, 0.2, -0.5], rtol=5e-2, atol=5e-2)
+  assert step == 200 and updates == 100
