@@ -1,0 +1,279 @@
+#!/usr/bin/env bash
+# The pretraining job, end to end: pretrain a small Chinese BERT with Horovod on
+# People's Daily 1998-01 + the training reviews, fine-tune it on the review
+# sentiment task, and print one summary beside the same model fine-tuned from
+# random weights and the character n-gram baseline.
+#
+#   bash scripts/run_pretrain_demo.sh                    # ~60 min pretraining + fine-tuning
+#   bash scripts/run_pretrain_demo.sh --seeds 1,2,3      # fine-tune 3 seeds, report the mean
+#   bash scripts/run_pretrain_demo.sh --force_pretrain   # rebuild the cached checkpoint
+#
+# Stages: (1) review split (data/prepare_sentiment.py), (2) corpus, vocab and
+# bert_config.json (data/prepare_pretraining_corpus.py), (3) pretraining records
+# (create_pretraining_data.py), (4) pretraining (run_pretraining.py under
+# horovodrun), (5) fine-tuning from that checkpoint and (6) from random weights
+# (run_classifier.py under horovodrun, both with the corpus vocab and config),
+# (7) the n-gram baseline (data/baseline_ngram.py), (8) the summary, also written
+# to OUTPUT_DIR/pretrain_summary.txt.
+#
+# Caching: stages 3 to 7 are skipped when their result exists for the same
+# inputs and settings. The checkpoint lives in OUTPUT_DIR/pretrain-KEY, KEY being
+# a hash of the records (itself a hash of corpus.txt, vocab.txt and the record
+# settings), bert_config.json, the pretraining settings, the process count and
+# the flags after `--`. So a re-run with other fine-tuning settings or --seeds
+# only fine-tunes, and the same command again redoes only stages 1 and 2 (seconds)
+# and prints the summary. An
+# interrupted pretraining resumes from its last checkpoint.
+#
+# Options (each also as an environment variable, e.g. NP=2 PRETRAIN_STEPS=100):
+#   --np N                    processes (default: CPU cores, or GPUs with --gpu)
+#   --gpu                     one process per GPU; needs a CUDA build (see README)
+#   --controller C            auto (default: horovodrun's choice), mpi or gloo
+#   --output_dir D            default output/pretrain-demo
+#   --force_pretrain          delete the cached checkpoint of these settings and
+#                             pretrain again
+#   Pretraining (the defaults aim at about 60 minutes on 2 idle cores: 3000 steps
+#   of 2 x 64 sequences of 128 at ~110 sequences/sec):
+#   --pretrain_steps K        global steps (default 3000)
+#   --pretrain_batch B        sequences per process and step (default 64)
+#   --pretrain_lr R           peak learning rate of one process, scaled by N (default 1e-3)
+#   --pretrain_warmup K       warmup steps (default: 10% of --pretrain_steps)
+#   --optimizer O             lamb (default) or adamw
+#   --pretrain_seq_length L   sequence length of the records (default 128)
+#   --max_predictions_per_seq P  masked positions per sequence (default: 15% of L + 1)
+#   --dupe_factor D           masked copies of the corpus (default 5)
+#   --max_documents K         pretrain on the first K corpus documents only (smoke tests)
+#   Fine-tuning (both models, as scripts/run_demo.sh):
+#   --seeds S[,S...]          fine-tuning seeds (default 1); the summary gives the mean
+#   --epochs E                default 3
+#   --batch B                 per-process batch (default 32)
+#   --lr R                    peak learning rate of one process, scaled by N (default 2e-4)
+#   --max_seq_length L        default 128
+#   --max_examples K          use only K reviews in all (smoke tests)
+#   --max_train_steps K       stop each fine-tuning after K steps (smoke tests)
+#   Other:
+#   --python PATH             interpreter (default: $VENV/bin/python, else the repo's
+#                             .venv/bin/python, else python3)
+#   --skip_setup              do not run scripts/setup.sh
+#   -- FLAGS...               more flags for run_pretraining.py (e.g. --use_amp,
+#                             --gradient_accumulation_steps=2); part of the cache key
+#   -h, --help                this help
+#
+# The model is the demo's (2 layers, hidden 256); HIDDEN, LAYERS, HEADS, FFN in the
+# environment change it. Without scikit-learn (requirements-extra.txt) the baseline
+# is skipped with a message.
+set -euo pipefail
+# shellcheck source=scripts/launch_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/launch_common.sh"
+
+NP="${NP:-}"; GPU="${GPU:-0}"; CONTROLLER="${CONTROLLER:-auto}"
+OUTPUT_DIR="${OUTPUT_DIR:-$ROOT/output/pretrain-demo}"; FORCE_PRETRAIN=0
+PRETRAIN_STEPS="${PRETRAIN_STEPS:-3000}"; PRETRAIN_BATCH="${PRETRAIN_BATCH:-64}"
+PRETRAIN_LR="${PRETRAIN_LR:-1e-3}"; PRETRAIN_WARMUP="${PRETRAIN_WARMUP:-}"
+OPTIMIZER="${OPTIMIZER:-lamb}"; PRETRAIN_SEQ_LENGTH="${PRETRAIN_SEQ_LENGTH:-128}"
+MAX_PREDICTIONS_PER_SEQ="${MAX_PREDICTIONS_PER_SEQ:-}"; DUPE_FACTOR="${DUPE_FACTOR:-5}"
+MAX_DOCUMENTS="${MAX_DOCUMENTS:-0}"; SEEDS="${SEEDS:-1}"; EPOCHS="${EPOCHS:-3}"
+BATCH="${BATCH:-32}"; LR="${LR:-2e-4}"; MAX_SEQ_LENGTH="${MAX_SEQ_LENGTH:-128}"
+MAX_EXAMPLES="${MAX_EXAMPLES:-0}"; MAX_TRAIN_STEPS="${MAX_TRAIN_STEPS:-0}"
+SKIP_SETUP="${SKIP_SETUP:-0}"; PY="${VENV:+$VENV/bin/python}"
+HIDDEN="${HIDDEN:-256}"; LAYERS="${LAYERS:-2}"; HEADS="${HEADS:-4}"; FFN="${FFN:-1024}"
+# Record shards: enough for 8 processes to read by file (fewer ranks share them).
+NUM_SHARDS=8
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --gpu) GPU=1; shift ;;
+    --skip_setup) SKIP_SETUP=1; shift ;;
+    --force_pretrain) FORCE_PRETRAIN=1; shift ;;
+    --python) need "$@"; PY="$2"; shift 2 ;;
+    --optimizer) need "$@"; OPTIMIZER="$2"; shift 2 ;;
+    # The other options with a value set the variable of the same name.
+    --np|--controller|--output_dir|--pretrain_steps|--pretrain_batch|--pretrain_lr|\
+    --pretrain_warmup|--pretrain_seq_length|--max_predictions_per_seq|--dupe_factor|\
+    --max_documents|--seeds|--epochs|--batch|--lr|--max_seq_length|--max_examples|\
+    --max_train_steps)
+      need "$@"; name="${1#--}"; printf -v "${name^^}" '%s' "$2"; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; break ;;
+    *) die "unknown option '$1' (flags of run_pretraining.py go after --)" ;;
+  esac
+done
+PRETRAIN_EXTRA=("$@")
+
+if [ -z "$NP" ]; then
+  if [ "$GPU" = 1 ]; then NP="$(nvidia-smi -L 2>/dev/null | wc -l)"; else NP="$(nproc)"; fi
+fi
+for opt in np pretrain_steps pretrain_batch pretrain_seq_length dupe_factor epochs batch \
+    max_seq_length; do
+  var="${opt^^}"; positive "--$opt" "${!var}"
+done
+for opt in max_documents max_examples max_train_steps; do
+  var="${opt^^}"; [[ "${!var}" =~ ^[0-9]+$ ]] || die "--$opt must be a whole number, got '${!var}'"
+done
+PRETRAIN_WARMUP="${PRETRAIN_WARMUP:-$(( PRETRAIN_STEPS / 10 ))}"
+[[ "$PRETRAIN_WARMUP" =~ ^[0-9]+$ ]] || die "--pretrain_warmup must be a whole number, got '$PRETRAIN_WARMUP'"
+MAX_PREDICTIONS_PER_SEQ="${MAX_PREDICTIONS_PER_SEQ:-$(( PRETRAIN_SEQ_LENGTH * 15 / 100 + 1 ))}"
+positive --max_predictions_per_seq "$MAX_PREDICTIONS_PER_SEQ"
+[[ "$SEEDS" =~ ^[0-9]+(,[0-9]+)*$ ]] || die "--seeds must be whole numbers separated by commas, got '$SEEDS'"
+case "$OPTIMIZER" in lamb|adamw) ;; *) die "--optimizer must be lamb or adamw, got '$OPTIMIZER'" ;; esac
+case "$CONTROLLER" in auto|gloo|mpi) ;; *) die "--controller must be auto, gloo or mpi, got '$CONTROLLER'" ;; esac
+
+[ "$SKIP_SETUP" = 1 ] || bash "$ROOT/scripts/setup.sh"
+PY="${PY:-$(default_python)}"
+PY_PATH="$(command -v "$PY")" || die "python '$PY' not found (run scripts/setup.sh or pass --python)"
+PY="$PY_PATH"
+export PATH="$(dirname "$PY"):$PATH"
+[ "$GPU" = 1 ] || export CUDA_VISIBLE_DEVICES=""
+
+mkdir -p "$OUTPUT_DIR"
+OUTPUT_DIR="$(cd "$OUTPUT_DIR" && pwd)"
+# A subset (smoke) run keeps its data apart, so that it never replaces the full data.
+if [ "$MAX_EXAMPLES" -gt 0 ] || [ "$MAX_DOCUMENTS" -gt 0 ]; then
+  DATA_DIR="$OUTPUT_DIR/data/sentiment"; CORPUS_DIR="$OUTPUT_DIR/data/pretrain"
+else
+  DATA_DIR="$ROOT/data/sentiment"; CORPUS_DIR="$ROOT/data/pretrain"
+fi
+TIMES="$OUTPUT_DIR/stage_times.tsv"
+: > "$TIMES"
+
+# `stage NAME STATUS SECONDS [NOTE]`: one line of the stage table of this run.
+stage() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "${4:-}" >> "$TIMES"; }
+# `timed NAME CMD...`: runs CMD (in its own process group, so Ctrl-C stops a
+# whole horovodrun job) and records its wall time; exits with CMD's failure.
+timed() {
+  local name="$1" start rc=0
+  shift
+  echo "[pretrain-demo] stage $name: $(quote "$@")"
+  start=$(date +%s)
+  run_child "$@" || rc=$?
+  [ "$rc" = 0 ] || { echo "[pretrain-demo] stage $name failed (exit $rc)" >&2; exit "$rc"; }
+  stage "$name" ran "$(( $(date +%s) - start ))"
+}
+# `key WORD...`: a short hash of the words; a word that is an absolute path stands
+# for the file's contents.
+key() {
+  local w
+  for w in "$@"; do
+    if [ "${w:0:1}" = / ]; then sha256sum < "$w"; else printf '%s\n' "$w"; fi
+  done | sha256sum | cut -c1-12
+}
+# Horovod: each training stage runs under horovodrun via scripts/run_horovodrun.sh.
+LAUNCH=(bash "$ROOT/scripts/run_horovodrun.sh" --np "$NP" --python "$PY")
+[ "$CONTROLLER" = auto ] || LAUNCH+=("--$CONTROLLER")
+
+# (1) The review split that fine-tuning and the baseline read.
+timed data "$PY" "$ROOT/data/prepare_sentiment.py" --output_dir "$DATA_DIR" \
+  --max_examples "$MAX_EXAMPLES"
+
+# (2) The corpus, its vocab (for pretraining AND fine-tuning) and the model config.
+timed corpus "$PY" "$ROOT/data/prepare_pretraining_corpus.py" \
+  --sentiment_dir "$DATA_DIR" --max_examples "$MAX_EXAMPLES" \
+  --output_file "$CORPUS_DIR/corpus.txt" --vocab_file "$CORPUS_DIR/vocab.txt" \
+  --bert_config_file "$CORPUS_DIR/bert_config.json"
+VOCAB="$CORPUS_DIR/vocab.txt"; CONFIG="$CORPUS_DIR/bert_config.json"
+"$PY" "$ROOT/scripts/pretrain_demo.py" config --bert_config_file "$CONFIG" \
+  --hidden_size "$HIDDEN" --num_hidden_layers "$LAYERS" --num_attention_heads "$HEADS" \
+  --intermediate_size "$FFN" --min_positions "$(( PRETRAIN_SEQ_LENGTH > MAX_SEQ_LENGTH ? \
+  PRETRAIN_SEQ_LENGTH : MAX_SEQ_LENGTH ))"
+CORPUS="$CORPUS_DIR/corpus.txt"
+if [ "$MAX_DOCUMENTS" -gt 0 ]; then
+  CORPUS="$CORPUS_DIR/corpus-first$MAX_DOCUMENTS.txt"
+  awk -v RS= -v ORS='\n\n' -v n="$MAX_DOCUMENTS" 'NR <= n' "$CORPUS_DIR/corpus.txt" > "$CORPUS"
+fi
+
+# (3) Masked-LM / next-sentence records, cached by corpus, vocab and settings.
+RECORD_KEY="$(key "$CORPUS" "$VOCAB" "seq=$PRETRAIN_SEQ_LENGTH" \
+  "predictions=$MAX_PREDICTIONS_PER_SEQ" "dupe=$DUPE_FACTOR" "shards=$NUM_SHARDS")"
+RECORD_DIR="$CORPUS_DIR/records-$RECORD_KEY"
+RECORDS="$RECORD_DIR/seq$PRETRAIN_SEQ_LENGTH.tfrecord"
+if [ -f "$RECORD_DIR/done" ]; then
+  stage records cached 0 "$RECORD_DIR"
+else
+  rm -rf "$RECORD_DIR"
+  timed records "$PY" "$ROOT/create_pretraining_data.py" --input_file="$CORPUS" \
+    --output_file="$RECORDS" --num_output_shards="$NUM_SHARDS" --num_workers="$(nproc)" \
+    --vocab_file="$VOCAB" --do_whole_word_mask --max_seq_length="$PRETRAIN_SEQ_LENGTH" \
+    --max_predictions_per_seq="$MAX_PREDICTIONS_PER_SEQ" --dupe_factor="$DUPE_FACTOR"
+  touch "$RECORD_DIR/done"
+fi
+
+# (4) Pretraining, cached by records, config and settings; resumes if interrupted.
+PRETRAIN_SETTINGS=("records=$RECORD_KEY" "$CONFIG" "processes=$NP" "steps=$PRETRAIN_STEPS"
+  "batch=$PRETRAIN_BATCH" "lr=$PRETRAIN_LR" "warmup=$PRETRAIN_WARMUP" "optimizer=$OPTIMIZER"
+  ${PRETRAIN_EXTRA[@]+"${PRETRAIN_EXTRA[@]}"})
+PRETRAIN_KEY="$(key "${PRETRAIN_SETTINGS[@]}")"
+PRETRAIN_DIR="$OUTPUT_DIR/pretrain-$PRETRAIN_KEY"
+CHECKPOINT="$PRETRAIN_DIR/model.ckpt-$PRETRAIN_STEPS"
+if [ "$FORCE_PRETRAIN" = 1 ]; then
+  # The fine-tunings of the old checkpoint go with it, whatever their seed.
+  rm -rf "$PRETRAIN_DIR" "$OUTPUT_DIR/finetune-pretrained-$PRETRAIN_KEY-"*
+fi
+if [ -f "$PRETRAIN_DIR/done" ]; then
+  stage pretrain cached 0 "$PRETRAIN_DIR (built in $(cat "$PRETRAIN_DIR/done") s)"
+else
+  mkdir -p "$PRETRAIN_DIR"
+  # The checkpoint folder holds its config, vocab and settings, as Google's releases do.
+  cp "$CONFIG" "$VOCAB" "$PRETRAIN_DIR/"
+  printf '%s\n' "${PRETRAIN_SETTINGS[@]}" > "$PRETRAIN_DIR/settings.txt"
+  timed pretrain "${LAUNCH[@]}" --script "$ROOT/run_pretraining.py" -- \
+    --input_file="$RECORDS-*" --bert_config_file="$CONFIG" --output_dir="$PRETRAIN_DIR" \
+    --do_train --do_eval --max_seq_length="$PRETRAIN_SEQ_LENGTH" \
+    --max_predictions_per_seq="$MAX_PREDICTIONS_PER_SEQ" \
+    --train_batch_size="$PRETRAIN_BATCH" --num_train_steps="$PRETRAIN_STEPS" \
+    --num_warmup_steps="$PRETRAIN_WARMUP" --learning_rate="$PRETRAIN_LR" \
+    --optimizer="$OPTIMIZER" --save_checkpoints_steps=500 --log_every_secs=60 \
+    ${PRETRAIN_EXTRA[@]+"${PRETRAIN_EXTRA[@]}"}
+  [ -f "$CHECKPOINT.index" ] || die "pretraining ended without $CHECKPOINT"
+  tail -n 1 "$TIMES" | cut -f3 > "$PRETRAIN_DIR/done"
+fi
+
+# (5, 6) Fine-tuning from the checkpoint and from random weights, per seed; a
+# finished fine-tuning of the same settings is reused.
+FINETUNE_KEY="$(key "$DATA_DIR/train.tsv" "$VOCAB" "$CONFIG" "processes=$NP" \
+  "epochs=$EPOCHS" "batch=$BATCH" "lr=$LR" "seq=$MAX_SEQ_LENGTH" "steps=$MAX_TRAIN_STEPS")"
+finetune() {
+  local name="$1" dir="$2"
+  shift 2
+  if [ -f "$dir/eval_results.txt" ] && [ -f "$dir/test_results.tsv" ]; then
+    stage "$name" cached 0 "$dir"
+    return
+  fi
+  timed "$name" "${LAUNCH[@]}" -- --task_name=tsv --do_train --do_eval --do_predict \
+    --data_dir="$DATA_DIR" --vocab_file="$VOCAB" --bert_config_file="$CONFIG" \
+    --output_dir="$dir" --max_seq_length="$MAX_SEQ_LENGTH" --train_batch_size="$BATCH" \
+    --eval_batch_size=64 --predict_batch_size=64 --learning_rate="$LR" \
+    --num_train_epochs="$EPOCHS" --warmup_proportion=0.1 --seed="$seed" \
+    --max_train_steps="$MAX_TRAIN_STEPS" --save_checkpoints_steps=500 \
+    --log_every_secs=60 "$@"
+}
+PRETRAINED_DIRS=(); SCRATCH_DIRS=()
+for seed in ${SEEDS//,/ }; do
+  dir="$OUTPUT_DIR/finetune-pretrained-$PRETRAIN_KEY-$FINETUNE_KEY-seed$seed"
+  finetune "finetune-pretrained-seed$seed" "$dir" --init_checkpoint="$CHECKPOINT"
+  PRETRAINED_DIRS+=("$dir")
+  dir="$OUTPUT_DIR/finetune-scratch-$FINETUNE_KEY-seed$seed"
+  finetune "finetune-scratch-seed$seed" "$dir"
+  SCRATCH_DIRS+=("$dir")
+done
+
+# (7) The n-gram baseline on the same split (needs scikit-learn).
+BASELINE="$OUTPUT_DIR/baseline-$(key "$DATA_DIR/train.tsv" "$DATA_DIR/dev.tsv" \
+  "$DATA_DIR/test.tsv").txt"
+if [ -f "$BASELINE" ]; then
+  stage baseline cached 0 "$BASELINE"
+elif ! "$PY" -c 'import sklearn' 2>/dev/null; then
+  echo "[pretrain-demo] baseline skipped: scikit-learn is not installed" \
+    "(pip install -r requirements-extra.txt)"
+  stage baseline skipped 0 "no scikit-learn"
+  BASELINE=""
+else
+  timed baseline bash -c '"$1" "$2" --data_dir "$3" > "$4.tmp" && mv "$4.tmp" "$4"' _ \
+    "$PY" "$ROOT/data/baseline_ngram.py" "$DATA_DIR" "$BASELINE"
+fi
+
+# (8) One summary of everything above.
+IFS=,
+"$PY" "$ROOT/scripts/pretrain_demo.py" summary --test_file "$DATA_DIR/test.tsv" \
+  --pretrain_dir "$PRETRAIN_DIR" --pretrained_dirs "${PRETRAINED_DIRS[*]}" \
+  --scratch_dirs "${SCRATCH_DIRS[*]}" --baseline_file "$BASELINE" --times_file "$TIMES" \
+  --output_file "$OUTPUT_DIR/pretrain_summary.txt"

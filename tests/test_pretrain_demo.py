@@ -1,0 +1,149 @@
+"""Smoke test of the pretraining job: scripts/run_pretrain_demo.sh, tiny, 2 processes."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import tensorflow as tf
+
+from conftest import JOB_TIMEOUT, ROOT, requires
+
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import pretrain_demo  # pylint: disable=wrong-import-position
+
+SCRIPT = os.path.join(ROOT, "scripts", "run_pretrain_demo.sh")
+# A 1-layer, hidden-32 model; 60 corpus documents, 400 reviews, a few steps.
+TINY_MODEL = {"HIDDEN": "32", "LAYERS": "1", "HEADS": "2", "FFN": "64"}
+TINY_FLAGS = ["--skip_setup", "--np", "2", "--controller", "gloo", "--max_examples", "400",
+              "--max_documents", "60", "--dupe_factor", "1", "--pretrain_seq_length", "32",
+              "--pretrain_steps", "4", "--pretrain_batch", "8", "--max_seq_length", "32",
+              "--batch", "8", "--max_train_steps", "4"]
+
+
+def run_demo(output_dir, *extra):
+  env = dict(os.environ, **TINY_MODEL)
+  return subprocess.run(["bash", SCRIPT, "--output_dir", output_dir] + TINY_FLAGS +
+                        list(extra) + ["--", "--max_eval_steps=5"],
+                        cwd=ROOT, env=env, capture_output=True, text=True,
+                        timeout=2 * JOB_TIMEOUT)
+
+
+def stage_status(output_dir):
+  with open(os.path.join(output_dir, "pretrain_summary.json")) as f:
+    return json.load(f)["stage_status"]
+
+
+def only_dir(output_dir, prefix):
+  found = [d for d in os.listdir(output_dir) if d.startswith(prefix)]
+  assert len(found) == 1, found
+  return os.path.join(output_dir, found[0])
+
+
+def word_embeddings(checkpoint):
+  return tf.train.load_variable(checkpoint, "bert/embeddings/word_embeddings")
+
+
+@requires("horovodrun")
+def test_pretrain_demo_runs_every_stage_then_reuses_the_checkpoint(tmp_path):
+  out = str(tmp_path / "out")
+  proc = run_demo(out)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  assert stage_status(out) == {
+      "data": "ran", "corpus": "ran", "records": "ran", "pretrain": "ran",
+      "finetune-pretrained-seed1": "ran", "finetune-scratch-seed1": "ran",
+      "baseline": "ran"}
+  summary = proc.stdout.split("== bert-horovod pretraining demo ==")[1]
+  for line in ("from the pretrained model", "from random weights",
+               "char 1-3-gram baseline       test", "masked_lm_accuracy"):
+    assert line in summary, summary
+  numbers = json.load(open(os.path.join(out, "pretrain_summary.json")))
+  for key in ("pretrained_test_accuracy", "scratch_test_accuracy"):
+    assert len(numbers[key]) == 1 and 0.0 <= numbers[key][0] <= 1.0
+  assert 0.0 <= numbers["baseline_test_accuracy"] <= 1.0
+
+  # Pretraining ran under horovodrun with 2 processes and reached its last step.
+  pretrain_dir = only_dir(out, "pretrain-")
+  metrics = json.load(open(os.path.join(pretrain_dir, "train_metrics.json")))
+  assert metrics["processes"] == 2 and metrics["steps_run"] == 4
+  checkpoint = os.path.join(pretrain_dir, "model.ckpt-4")
+  # The fine-tuning from the checkpoint starts from its weights; the other does not.
+  start = word_embeddings(os.path.join(only_dir(out, "finetune-pretrained-"), "model.ckpt-0"))
+  np.testing.assert_array_equal(start, word_embeddings(checkpoint))
+  scratch = word_embeddings(os.path.join(only_dir(out, "finetune-scratch-"), "model.ckpt-0"))
+  assert not np.array_equal(scratch, start)
+  # Both fine-tunings read the corpus vocab (one embedding row per token).
+  with open(os.path.join(out, "data", "pretrain", "vocab.txt")) as f:
+    assert start.shape == (sum(1 for _ in f), 32)
+
+  # A re-run with another seed only fine-tunes: the checkpoint is reused as it is.
+  mtime = os.path.getmtime(checkpoint + ".index")
+  proc = run_demo(out, "--seeds", "2")
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  status = stage_status(out)
+  assert status["records"] == status["pretrain"] == status["baseline"] == "cached"
+  assert status["finetune-pretrained-seed2"] == status["finetune-scratch-seed2"] == "ran"
+  assert "run_pretraining.py" not in proc.stdout
+  assert os.path.getmtime(checkpoint + ".index") == mtime
+  assert only_dir(out, "pretrain-") == pretrain_dir
+
+
+def test_pretrain_demo_rejects_a_bad_option(tmp_path):
+  proc = subprocess.run(["bash", SCRIPT, "--skip_setup", "--output_dir", str(tmp_path),
+                         "--optimizer", "sgd"], cwd=ROOT, capture_output=True, text=True,
+                        timeout=60)
+  assert proc.returncode == 2
+  assert "run_pretrain_demo.sh: error: --optimizer must be lamb or adamw, got 'sgd'" in \
+      proc.stderr
+
+
+def write_finetuning(folder, dev_accuracy, test_labels, predicted):
+  """The files run_classifier.py leaves in its output folder (labels 0/1)."""
+  os.makedirs(folder)
+  with open(os.path.join(folder, "label_list.txt"), "w") as f:
+    f.write("0\n1\n")
+  with open(os.path.join(folder, "eval_results.txt"), "w") as f:
+    f.write("eval_accuracy = %s\neval_loss = 0.5\nglobal_step = 10\n" % dev_accuracy)
+  with open(os.path.join(folder, "test_results.tsv"), "w") as f:
+    f.writelines("%.1f\t%.1f\n" % ((0.1, 0.9) if p == "1" else (0.9, 0.1))
+                 for p in predicted)
+  return folder
+
+
+def test_summary_means_over_seeds_and_notes_a_skipped_baseline(tmp_path):
+  test_file = str(tmp_path / "test.tsv")
+  labels = ["1", "0", "1", "0"]
+  with open(test_file, "w") as f:
+    f.writelines("%s\ttext %d\n" % (y, i) for i, y in enumerate(labels))
+  pretrained = [write_finetuning(str(tmp_path / "p1"), 0.9, labels, "1010"),
+                write_finetuning(str(tmp_path / "p2"), 0.8, labels, "1011")]
+  scratch = [write_finetuning(str(tmp_path / "s1"), 0.6, labels, "1111"),
+             write_finetuning(str(tmp_path / "s2"), 0.6, labels, "0000")]
+  times = str(tmp_path / "times.tsv")
+  with open(times, "w") as f:
+    f.write("pretrain\tcached\t0\tbuilt in 3600 s\nfinetune-pretrained-seed1\tran\t40\t\n")
+  text, numbers = pretrain_demo.summary_text(test_file, str(tmp_path / "none"), pretrained,
+                                             scratch, "", times)
+  assert numbers["pretrained_test_accuracy"] == [1.0, 0.75]
+  assert numbers["scratch_test_accuracy"] == [0.5, 0.5]
+  assert numbers["baseline_test_accuracy"] is None
+  assert "from the pretrained model    test 0.8750  (dev 0.8500; 2 seed(s): 1.0000, 0.7500)" \
+      in text
+  assert "char 1-3-gram baseline       skipped (no scikit-learn)" in text
+  assert "pretraining gain:            +37.50 points" in text
+  assert "pretrain                     cached       0 s  built in 3600 s" in text
+  assert text.splitlines()[-1].split() == ["total", "40", "s"]
+
+
+def test_config_sets_the_model_size_and_enough_positions(tmp_path):
+  path = str(tmp_path / "bert_config.json")
+  with open(path, "w") as f:
+    json.dump({"vocab_size": 99, "hidden_size": 256, "max_position_embeddings": 256}, f)
+  assert pretrain_demo.main(["config", "--bert_config_file", path, "--hidden_size", "32",
+                             "--num_hidden_layers", "1", "--num_attention_heads", "2",
+                             "--intermediate_size", "64", "--min_positions", "512"]) == 0
+  config = json.load(open(path))
+  assert config == {"vocab_size": 99, "hidden_size": 32, "num_hidden_layers": 1,
+                    "num_attention_heads": 2, "intermediate_size": 64,
+                    "max_position_embeddings": 512}
