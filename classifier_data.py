@@ -10,6 +10,7 @@ import time
 import tensorflow as tf
 
 from distributed import InputError
+import input_pipeline
 import tokenization
 import train_metrics
 
@@ -423,15 +424,7 @@ def file_based_input_fn_builder(input_file, seq_length, batch_size, is_training,
         d = d.shuffle(buffer_size=shuffle_buffer, seed=seed)
       if skip_examples:
         d = d.skip(skip_examples)
-    d = d.batch(batch_size, drop_remainder=is_training)
-    # Parsing a batch takes about a millisecond; prefetch's thread does it while
-    # the model computes. No autotuning: its background thread sleeps for up to
-    # its optimization period (tens of seconds, growing with the run) and closing
-    # the session waits for it, so train, eval and predict each ended 0-40 s late.
-    d = d.map(_decode_batch).prefetch(2)
-    options = tf.data.Options()
-    options.autotune.enabled = False
-    return d.with_options(options)
+    return input_pipeline.batch_and_decode(d, batch_size, is_training, _decode_batch)
 
   return input_fn
 

@@ -14,6 +14,8 @@ works with any number of ranks.
 
 import tensorflow as tf
 
+import input_pipeline
+
 FEATURE_LENGTHS = (
     ("input_ids", "seq"), ("input_mask", "seq"), ("segment_ids", "seq"),
     ("masked_lm_positions", "pred"), ("masked_lm_ids", "pred"),
@@ -162,13 +164,7 @@ def input_fn_builder(input_files, max_seq_length, max_predictions_per_seq, batch
         d = d.shuffle(buffer_size=shuffle_buffer, seed=seed)
       if start_step > 0:
         d = d.skip(start_step * batch_size)
-    d = d.batch(batch_size, drop_remainder=is_training)
-    # No autotuning: its background thread can hold session close for tens of
-    # seconds (see run_classifier's input).
-    d = d.map(_decode_batch).prefetch(2)
-    options = tf.data.Options()
-    options.autotune.enabled = False
-    return d.with_options(options)
+    return input_pipeline.batch_and_decode(d, batch_size, is_training, _decode_batch)
 
   return input_fn
 

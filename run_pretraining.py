@@ -13,6 +13,7 @@ Every `# Horovod:` comment marks a point where distributed training differs from
 Google's single-process script.
 """
 
+import functools
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
@@ -294,10 +295,6 @@ def main(_):
     evaluate(plan)
 
 
-def parse_flags(argv):
-  """Parses flags; an unknown flag or a bad value is one error line and exit 2."""
-  return distributed.parse_flags_or_exit(FLAGS, argv)
-
-
 if __name__ == "__main__":
-  app.run(main, flags_parser=parse_flags)
+  # An unknown flag or a bad value is one error line and exit 2 on every rank.
+  app.run(main, flags_parser=functools.partial(distributed.parse_flags_or_exit, FLAGS))
