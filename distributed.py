@@ -34,14 +34,14 @@ except ImportError:  # pragma: no cover - exercised only where Horovod is absent
 
 
 class _NoOpHook(tf.compat.v1.train.SessionRunHook):
-  """Stands in for `hvd.BroadcastGlobalVariablesHook` in a single process."""
+  """Stands in for Horovod's `BroadcastGlobalVariablesHook` in a single process."""
 
   def __init__(self, root_rank=0):
     del root_rank
 
 
 class _Compression(object):
-  """Mirrors `hvd.Compression` (nothing to compress without peers)."""
+  """Mirrors Horovod's `Compression` (nothing to compress without peers)."""
   none = None
   fp16 = None
 
@@ -318,7 +318,7 @@ def allowed_cpu_count():
 
 
 def horovod_cycle_time_ms(requested, environ, gpu_available):
-  """The HOROVOD_CYCLE_TIME to set before `hvd.init()`, or None to leave it.
+  """The HOROVOD_CYCLE_TIME to set before Horovod's `init()`, or None to leave it.
 
   Every cycle Horovod's background thread wakes and the ranks exchange a message,
   whether or not a gradient is ready. On a CPU host those wake-ups preempt the
@@ -334,7 +334,7 @@ def horovod_cycle_time_ms(requested, environ, gpu_available):
 
 
 def mpi_cpu_host_env(environ, gpu_available):
-  """Open MPI settings to add before `hvd.init()` on a CPU host: a dict, maybe empty.
+  """Open MPI settings to add before Horovod's `init()` on a CPU host: a dict, maybe empty.
 
   Unless a host is oversubscribed, Open MPI spins while a rank waits, and Horovod
   waits in its background thread for every collective (its per-cycle negotiation
@@ -353,7 +353,7 @@ def pin_gpu(local_rank):
   """Makes GPU `local_rank` of this host the only GPU this process sees.
 
   Horovod's TensorFlow 2 recipe. It must run before TensorFlow starts its runtime
-  (the first eager op, e.g. `hvd.broadcast_object`, or an Estimator): from then
+  (the first eager op, e.g. Horovod's `broadcast_object`, or an Estimator): from then
   on every process would map GPU:0 to physical GPU 0, and a session's
   `visible_device_list` can no longer move it. Memory grows as needed.
 

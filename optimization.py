@@ -339,7 +339,7 @@ class LambOptimizer(AdamWeightDecayOptimizer):
   t is counted in the non-trainable `<name>/step` (float32), so it follows the
   updates actually applied, whatever `global_step` counts. `apply_gradients`
   increments `global_step` by one, like AdamWeightDecayOptimizer, so both can
-  be wrapped by hvd.DistributedOptimizer the same way.
+  be wrapped by Horovod's DistributedOptimizer the same way.
   """
 
   def __init__(self, learning_rate, name="LambOptimizer", **kwargs):

@@ -89,6 +89,7 @@ for module in (tf.config, tf.config.experimental):
   module.set_visible_devices = set_visible
 tf.config.experimental.set_memory_growth = set_growth
 # Process 2 of 4 on this host (4 fake GPUs): it must take GPU 2.
+# Horovod: stand-ins that record the order of init, pinning and collectives.
 hvd.init = lambda *a, **k: events.append(["init"])
 hvd.rank = hvd.local_rank = lambda: 2
 hvd.size = hvd.local_size = lambda: 4
