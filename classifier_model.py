@@ -83,11 +83,8 @@ def metric_fn(per_example_loss, label_ids, logits, is_real_example, num_labels,
   return metrics
 
 
-def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
-                     num_train_steps, num_warmup_steps, task_name="tsv",
-                     scale_learning_rate=True, training_hooks_fn=None,
-                     compute_type=tf.float32, gradient_accumulation_steps=1,
-                     fp16_allreduce=False, sparse_embedding_allreduce=False):
+def model_fn_builder(bert_config, num_labels, init_checkpoint, optimizer_settings,
+                     task_name="tsv", training_hooks_fn=None, compute_type=tf.float32):
   """Returns the `model_fn` closure for the Estimator.
 
   Args:
@@ -95,17 +92,12 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
     num_labels: int.
     init_checkpoint: checkpoint path to initialize from, or None. Pass it on rank 0
       only: the broadcast hook copies rank 0's weights to the others.
-    learning_rate: float, peak rate of one process.
-    num_train_steps, num_warmup_steps: ints, identical on every rank.
+    optimizer_settings: `optimization.OptimizerSettings` of the training op (peak
+      rate of one process, step counts identical on every rank, Horovod options).
     task_name: string, selects extra eval metrics.
-    scale_learning_rate: bool, multiply the rate by the number of processes.
     training_hooks_fn: optional (loss, learning_rate) -> list of SessionRunHooks.
     compute_type: tf.float32, or tf.bfloat16 / tf.float16 for mixed precision
-      (float16 adds dynamic loss scaling).
-    gradient_accumulation_steps: int, micro-batches per optimizer update.
-    fp16_allreduce: bool, compress gradients to float16 for the allreduce.
-    sparse_embedding_allreduce: bool, allgather the word-embedding rows instead
-      of allreducing the dense table.
+      (float16 needs optimizer_settings.dynamic_loss_scale).
   """
 
   def model_fn(features, labels, mode, params):
@@ -125,14 +117,8 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, learning_rate,
       modeling.init_from_checkpoint(init_checkpoint)
 
     if mode == tf_estimator.estimator.ModeKeys.TRAIN:
-      return optimization.training_spec(
-          total_loss, training_hooks_fn, init_lr=learning_rate,
-          num_train_steps=num_train_steps, num_warmup_steps=num_warmup_steps,
-          scale_learning_rate=scale_learning_rate,
-          gradient_accumulation_steps=gradient_accumulation_steps,
-          fp16_allreduce=fp16_allreduce,
-          dynamic_loss_scale=compute_type == tf.float16,
-          sparse_embedding_allreduce=sparse_embedding_allreduce)
+      return optimization.training_spec(total_loss, training_hooks_fn,
+                                        optimizer_settings)
     if mode == tf_estimator.estimator.ModeKeys.EVAL:
       return tf_estimator.estimator.EstimatorSpec(
           mode=mode, loss=total_loss,

@@ -1,5 +1,6 @@
 """Functions and classes related to optimization (weight updates), with Horovod."""
 
+import collections
 import re
 
 import tensorflow as tf
@@ -145,11 +146,22 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
           learning_rate, grad_norm)
 
 
-def training_spec(loss, training_hooks_fn=None, **optimizer_args):
-  """The Estimator's TRAIN spec: the op of `create_optimizer(loss, **optimizer_args)`,
-  TensorBoard scalars of its learning rate and gradient norm, and the hooks of
-  `training_hooks_fn(loss, learning_rate)` (optional)."""
-  train_op, learning_rate, grad_norm = create_optimizer(loss, **optimizer_args)
+class OptimizerSettings(collections.namedtuple(
+    "OptimizerSettings",
+    ["init_lr", "num_train_steps", "num_warmup_steps", "scale_learning_rate",
+     "gradient_accumulation_steps", "fp16_allreduce", "dynamic_loss_scale",
+     "sparse_embedding_allreduce", "optimizer_name"],
+    defaults=(True, 1, False, False, False, "adamw"))):
+  """The arguments of `create_optimizer` after `loss`, as one value a
+  model_fn_builder passes through to `training_spec` (same names and defaults)."""
+
+
+def training_spec(loss, training_hooks_fn, settings):
+  """The Estimator's TRAIN spec: the op of `create_optimizer(loss, **settings)`
+  (`settings`: an `OptimizerSettings`), TensorBoard scalars of its learning rate
+  and gradient norm, and the hooks of `training_hooks_fn(loss, learning_rate)`
+  (optional)."""
+  train_op, learning_rate, grad_norm = create_optimizer(loss, **settings._asdict())
   tf1.summary.scalar("learning_rate", learning_rate)
   tf1.summary.scalar("grad_global_norm", grad_norm)
   hooks = training_hooks_fn(loss, learning_rate) if training_hooks_fn else []

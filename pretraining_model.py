@@ -221,10 +221,8 @@ def expected_checkpoint_shapes(config):
   return shapes
 
 
-def model_fn_builder(bert_config, init_checkpoint, learning_rate, num_train_steps,
-                     num_warmup_steps, optimizer_name="adamw", scale_learning_rate=True,
+def model_fn_builder(bert_config, init_checkpoint, optimizer_settings,
                      training_hooks_fn=None, compute_type=tf.float32,
-                     gradient_accumulation_steps=1, fp16_allreduce=False,
                      mean_over_processes=None):
   """Returns the `model_fn` closure for the Estimator.
 
@@ -233,16 +231,12 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate, num_train_step
     init_checkpoint: checkpoint to initialize from (any variable of the same name
       and shape: a Google BERT checkpoint, or ours), or None. Pass it on rank 0 only:
       the broadcast hook copies rank 0's weights to the others.
-    learning_rate: float, peak rate of one process.
-    num_train_steps, num_warmup_steps: ints, global steps (micro-batches), the same
-      on every rank.
-    optimizer_name: "adamw" or "lamb".
-    scale_learning_rate: bool, multiply the rate by the number of processes.
+    optimizer_settings: `optimization.OptimizerSettings` of the training op (peak
+      rate of one process, global step counts in micro-batches, the same on every
+      rank, "adamw" or "lamb", Horovod options).
     training_hooks_fn: optional (loss, learning_rate) -> list of SessionRunHooks.
     compute_type: tf.float32, or tf.bfloat16 / tf.float16 for mixed precision
-      (float16 adds dynamic loss scaling); eval runs in float32.
-    gradient_accumulation_steps: int, micro-batches per optimizer update.
-    fp16_allreduce: bool, compress gradients to float16 for the allreduce.
+      (float16 needs optimizer_settings.dynamic_loss_scale); eval runs in float32.
     mean_over_processes: optional function, scalar -> its mean over all processes
       (a collective: every process must train). Training divides the masked-LM
       loss by the processes' mean prediction count with it (see
@@ -263,14 +257,8 @@ def model_fn_builder(bert_config, init_checkpoint, learning_rate, num_train_step
     if is_training:
       tf1.summary.scalar("masked_lm_loss", outputs["masked_lm_loss"])
       tf1.summary.scalar("next_sentence_loss", outputs["next_sentence_loss"])
-      return optimization.training_spec(
-          total_loss, training_hooks_fn, init_lr=learning_rate,
-          num_train_steps=num_train_steps, num_warmup_steps=num_warmup_steps,
-          scale_learning_rate=scale_learning_rate,
-          gradient_accumulation_steps=gradient_accumulation_steps,
-          fp16_allreduce=fp16_allreduce,
-          dynamic_loss_scale=compute_type == tf.float16,
-          optimizer_name=optimizer_name)
+      return optimization.training_spec(total_loss, training_hooks_fn,
+                                        optimizer_settings)
     if mode == tf_estimator.estimator.ModeKeys.EVAL:
       return tf_estimator.estimator.EstimatorSpec(
           mode=mode, loss=total_loss, eval_metric_ops=metric_fn(outputs, features))

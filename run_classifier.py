@@ -24,6 +24,7 @@ import distributed
 import export
 from distributed import InputError
 import modeling
+import runner_common
 import tokenization
 import train_metrics
 
@@ -32,14 +33,10 @@ RESULT_FILES = ("eval_results.txt", "test_results.tsv")
 
 FLAGS = flags.FLAGS
 
-## Required parameters
+## Required parameters (and --bert_config_file: runner_common.define_flags)
 flags.DEFINE_string(
     "data_dir", None,
     "The input data dir. Should contain the .tsv files (or other data files) for the task.")
-flags.DEFINE_string(
-    "bert_config_file", None,
-    "The config json file corresponding to the pre-trained BERT model. "
-    "This specifies the model architecture.")
 flags.DEFINE_string("task_name", None, "The name of the task to train.")
 flags.DEFINE_string("vocab_file", None,
                     "The vocabulary file that the BERT model was trained on.")
@@ -48,10 +45,9 @@ flags.DEFINE_string(
     "The output directory where the model checkpoints and results will be written "
     "(rank 0; rank r > 0 keeps its TFRecords in output_dir/r).")
 
-## Other parameters
-flags.DEFINE_string(
-    "init_checkpoint", None,
-    "Initial checkpoint (usually from a pre-trained BERT model). Read on rank 0 only.")
+## Other parameters (and those of runner_common.define_flags: --init_checkpoint,
+## --do_train, --train_batch_size, --eval_batch_size, --save_checkpoints_steps,
+## --iterations_per_loop, --use_tpu)
 flags.DEFINE_bool(
     "do_lower_case", True,
     "Whether to lower case the input text. Should be True for uncased models and "
@@ -60,12 +56,9 @@ flags.DEFINE_integer(
     "max_seq_length", 128,
     "The maximum total input sequence length after WordPiece tokenization. "
     "Sequences longer than this will be truncated, and shorter ones padded.")
-flags.DEFINE_bool("do_train", False, "Whether to run training.")
 flags.DEFINE_bool("do_eval", False, "Whether to run eval on the dev set (rank 0).")
 flags.DEFINE_bool("do_predict", False,
                   "Whether to run the model in inference mode on the test set (rank 0).")
-flags.DEFINE_integer("train_batch_size", 32, "Batch size per process for training.")
-flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
 flags.DEFINE_integer("predict_batch_size", 8, "Total batch size for predict.")
 flags.DEFINE_float("learning_rate", 5e-5,
                    "The initial learning rate for Adam (for one process; see "
@@ -76,15 +69,12 @@ flags.DEFINE_float(
     "warmup_proportion", 0.1,
     "Proportion of training to perform linear learning rate warmup for. "
     "E.g., 0.1 = 10% of training.")
-flags.DEFINE_integer("save_checkpoints_steps", 1000,
-                     "How often to save the model checkpoint (rank 0).")
-flags.DEFINE_integer("iterations_per_loop", 1000,
-                     "Accepted for compatibility with Google's script; unused.")
-flags.DEFINE_bool("use_tpu", False, "Accepted for compatibility; must stay False.")
 
 ## Horovod and run-control parameters (and those of distributed.define_runtime_flags)
-distributed.define_runtime_flags(FLAGS)
-flags.adopt_module_key_flags(distributed)  # --help lists them with this script's.
+runner_common.define_flags(FLAGS)
+# --help lists them with this script's.
+flags.adopt_module_key_flags(runner_common)
+flags.adopt_module_key_flags(distributed)
 flags.DEFINE_integer(
     "seed", 12345,
     "Seed of the global example order (one shuffle, identical on every rank), of "
@@ -113,13 +103,9 @@ flags.DEFINE_string(
 
 def validate_flags(flags_obj):
   """Checks flag values that need no file access; raises InputError."""
-  if flags_obj.use_tpu:
-    raise InputError("--use_tpu: TPUs are not supported; this script runs on GPUs/CPUs")
-  if not (flags_obj.do_train or flags_obj.do_eval or flags_obj.do_predict):
-    raise InputError("at least one of --do_train, --do_eval or --do_predict must be set")
-  for name in ("data_dir", "bert_config_file", "task_name", "vocab_file", "output_dir"):
-    if not getattr(flags_obj, name):
-      raise InputError("--%s is required" % name)
+  runner_common.validate_flags(
+      flags_obj, ("do_train", "do_eval", "do_predict"),
+      ("data_dir", "bert_config_file", "task_name", "vocab_file", "output_dir"))
   if flags_obj.task_name.lower() not in classifier_data.PROCESSORS:
     raise InputError("--task_name=%s: unknown task (choose from %s)" %
                      (flags_obj.task_name, ", ".join(sorted(classifier_data.PROCESSORS))))
@@ -150,26 +136,14 @@ def check_checkpoint_matches(init_checkpoint, bert_config, num_labels):
       init_checkpoint, modeling.expected_checkpoint_shapes(bert_config, num_labels))
 
 
-class RunPlan(object):
-  """What `setup` derives from the flags once; the phases read it, never the flags.
-
-  Placement: runtime (a `distributed.Runtime`), rank, size, output_dir (rank 0's
-  checkpoints and results), work_dir (this rank's files).
-  Task: task_name, bert_config, tokenizer, processor, label_list, vocab_file,
-  do_lower_case, max_seq_length, train/eval/predict_examples (or None).
-  Training: per_process_batch, accumulation_steps, global_batch, num_train_steps,
-  num_warmup_steps, learning_rate, scale_learning_rate, seed, shuffle_buffer,
-  init_checkpoint, save_checkpoints_steps, keep_checkpoint_max, log_every_secs,
-  compute_type, use_xla, fp16_allreduce, sparse_embedding_allreduce.
-  Other phases: eval_batch_size, predict_batch_size, export_dir.
-  """
-
-  def __init__(self, **kwargs):
-    self.__dict__.update(kwargs)
-
-
 def setup(flags_obj, runtime):
-  """Validates inputs and derives the `RunPlan`; raises InputError on bad input.
+  """Validates inputs and derives the `runner_common.RunPlan`; raises InputError.
+
+  The plan has the shared fields (see `runner_common.RunPlan`) and: task_name,
+  bert_config, tokenizer, processor, label_list, vocab_file, do_lower_case,
+  max_seq_length, train/eval/predict_examples (or None), num_train_steps,
+  num_warmup_steps, optimizer_name ("adamw"), save_checkpoints_steps,
+  sparse_embedding_allreduce, predict_batch_size, export_dir.
 
   Called from `main` only. Every rank runs this before any collective operation.
   """
@@ -178,12 +152,8 @@ def setup(flags_obj, runtime):
   if runtime.rank == 0:
     distributed.lock_output_dir(flags_obj.output_dir)
   task_name = flags_obj.task_name.lower()
-  bert_config = modeling.BertConfig.from_json_file(flags_obj.bert_config_file)
-  if flags_obj.max_seq_length > bert_config.max_position_embeddings:
-    raise InputError(
-        "--max_seq_length=%d exceeds max_position_embeddings=%d of %s" %
-        (flags_obj.max_seq_length, bert_config.max_position_embeddings,
-         flags_obj.bert_config_file))
+  bert_config = runner_common.read_bert_config(flags_obj.bert_config_file,
+                                               flags_obj.max_seq_length)
   tokenizer = tokenization.FullTokenizer(flags_obj.vocab_file, flags_obj.do_lower_case)
   if len(tokenizer.vocab) > bert_config.vocab_size:
     raise InputError("vocab_file %s has %d tokens, more than vocab_size=%d of %s" %
@@ -251,66 +221,29 @@ def setup(flags_obj, runtime):
              flags_obj.save_checkpoints_steps, save_checkpoints_steps,
              flags_obj.gradient_accumulation_steps)
 
-  return RunPlan(
-      runtime=runtime, rank=rank, size=size, output_dir=flags_obj.output_dir,
-      work_dir=distributed.work_dir_of(flags_obj.output_dir, rank),
+  return runner_common.RunPlan(
       task_name=task_name, bert_config=bert_config, tokenizer=tokenizer,
       processor=processor, label_list=label_list, vocab_file=flags_obj.vocab_file,
       do_lower_case=flags_obj.do_lower_case, max_seq_length=flags_obj.max_seq_length,
       train_examples=train_examples, eval_examples=eval_examples,
       predict_examples=predict_examples,
-      per_process_batch=flags_obj.train_batch_size,
-      accumulation_steps=flags_obj.gradient_accumulation_steps,
-      # Horovod: the global batch is every rank's micro-batches of one update.
-      global_batch=(size * flags_obj.train_batch_size *
-                    flags_obj.gradient_accumulation_steps),
       num_train_steps=num_train_steps, num_warmup_steps=num_warmup_steps,
-      learning_rate=flags_obj.learning_rate,
-      scale_learning_rate=flags_obj.scale_learning_rate, seed=flags_obj.seed,
-      shuffle_buffer=flags_obj.train_shuffle_buffer,
-      init_checkpoint=flags_obj.init_checkpoint,
-      save_checkpoints_steps=save_checkpoints_steps,
-      keep_checkpoint_max=flags_obj.keep_checkpoint_max,
-      log_every_secs=flags_obj.log_every_secs,
-      compute_type=distributed.choose_compute_type(flags_obj.use_amp,
-                                                   runtime.gpu_available),
-      use_xla=flags_obj.use_xla, fp16_allreduce=flags_obj.fp16_allreduce,
+      optimizer_name="adamw", save_checkpoints_steps=save_checkpoints_steps,
       sparse_embedding_allreduce=distributed.use_sparse_embedding_allreduce(
           flags_obj.embedding_allreduce, size, flags_obj.train_batch_size,
           flags_obj.max_seq_length, bert_config.vocab_size,
           flags_obj.gradient_accumulation_steps, runtime.gpu_available,
           flags_obj.fp16_allreduce),
-      eval_batch_size=flags_obj.eval_batch_size,
       predict_batch_size=flags_obj.predict_batch_size,
-      export_dir=flags_obj.export_dir)
+      export_dir=flags_obj.export_dir,
+      **runner_common.shared_plan_fields(flags_obj, runtime))
 
 
 def make_estimator(plan):
-  """An Estimator for this rank. Only rank 0 saves checkpoints and summaries."""
-  return distributed.make_estimator(
-      plan.runtime, build_model_fn(plan), plan.output_dir, plan.work_dir, plan.seed,
-      plan.save_checkpoints_steps, plan.keep_checkpoint_max)
-
-
-def build_model_fn(plan):
-  """The model_fn for this rank (init checkpoint on rank 0 only)."""
-  return classifier_model.model_fn_builder(
-      bert_config=plan.bert_config,
-      num_labels=len(plan.label_list),
-      # Horovod: only rank 0 reads the initial checkpoint; the broadcast copies it.
-      init_checkpoint=plan.init_checkpoint if plan.rank == 0 else None,
-      learning_rate=plan.learning_rate,
-      num_train_steps=plan.num_train_steps,
-      num_warmup_steps=plan.num_warmup_steps,
-      task_name=plan.task_name,
-      scale_learning_rate=plan.scale_learning_rate,
-      training_hooks_fn=distributed.training_hooks_fn(
-          plan.runtime, plan.work_dir, plan.output_dir, plan.num_train_steps,
-          plan.per_process_batch, plan.log_every_secs),
-      compute_type=plan.compute_type,
-      gradient_accumulation_steps=plan.accumulation_steps,
-      fp16_allreduce=plan.fp16_allreduce,
-      sparse_embedding_allreduce=plan.sparse_embedding_allreduce)
+  """An Estimator of the classifier for this rank."""
+  return runner_common.make_estimator(plan, classifier_model.model_fn_builder(
+      num_labels=len(plan.label_list), task_name=plan.task_name,
+      **runner_common.model_fn_args(plan)))
 
 
 def train(plan):
@@ -389,12 +322,8 @@ def export_model(plan):
 
 
 def main(_):
-  runtime = distributed.init(FLAGS.horovod_cycle_time_ms, FLAGS.intra_op_threads,
-                             FLAGS.inter_op_threads, FLAGS.use_xla)
   # Horovod: a bad input on any rank ends every rank (exit 2) before any collective.
-  plan = distributed.plan_or_exit(setup, FLAGS, runtime)
-  distributed.prepare_output_dirs(plan.rank, plan.output_dir, plan.work_dir,
-                                  RESULT_FILES)
+  plan = runner_common.start(setup, FLAGS, RESULT_FILES)
   # Horovod: rank 0 owns output_dir's labels.
   if plan.rank == 0 and FLAGS.do_train:
     train_metrics.atomic_write_text(os.path.join(plan.output_dir, "label_list.txt"),

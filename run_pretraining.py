@@ -26,6 +26,7 @@ from distributed import InputError
 import modeling
 import pretraining_data
 import pretraining_model
+import runner_common
 import train_metrics
 
 LOG = train_metrics.LOG
@@ -33,11 +34,7 @@ RESULT_FILES = ("eval_results.txt",)
 
 FLAGS = flags.FLAGS
 
-## Required parameters
-flags.DEFINE_string(
-    "bert_config_file", None,
-    "The config json file corresponding to the pre-trained BERT model. "
-    "This specifies the model architecture.")
+## Required parameters (and --bert_config_file: runner_common.define_flags)
 flags.DEFINE_string(
     "input_file", None,
     "Input TF example files (can be a glob or comma separated).")
@@ -46,10 +43,9 @@ flags.DEFINE_string(
     "The output directory where the model checkpoints will be written (rank 0; "
     "rank r > 0 keeps its own small files in output_dir/r).")
 
-## Other parameters
-flags.DEFINE_string(
-    "init_checkpoint", None,
-    "Initial checkpoint (usually from a pre-trained BERT model). Read on rank 0 only.")
+## Other parameters (and those of runner_common.define_flags: --init_checkpoint,
+## --do_train, --train_batch_size, --eval_batch_size, --save_checkpoints_steps,
+## --iterations_per_loop, --use_tpu)
 flags.DEFINE_integer(
     "max_seq_length", 128,
     "The maximum total input sequence length after WordPiece tokenization. "
@@ -59,11 +55,8 @@ flags.DEFINE_integer(
     "max_predictions_per_seq", 20,
     "Maximum number of masked LM predictions per sequence. "
     "Must match data generation.")
-flags.DEFINE_bool("do_train", False, "Whether to run training.")
 flags.DEFINE_bool("do_eval", False,
                   "Whether to run eval on the input files (rank 0).")
-flags.DEFINE_integer("train_batch_size", 32, "Batch size per process for training.")
-flags.DEFINE_integer("eval_batch_size", 8, "Total batch size for eval.")
 flags.DEFINE_float("learning_rate", 5e-5,
                    "The initial learning rate (for one process; see "
                    "--scale_learning_rate).")
@@ -73,13 +66,8 @@ flags.DEFINE_integer(
     "(with --gradient_accumulation_steps=k, k steps make one update).")
 flags.DEFINE_integer("num_warmup_steps", 10000,
                      "Number of warmup steps (global steps, as --num_train_steps).")
-flags.DEFINE_integer("save_checkpoints_steps", 1000,
-                     "How often to save the model checkpoint (rank 0).")
-flags.DEFINE_integer("iterations_per_loop", 1000,
-                     "Accepted for compatibility with Google's script; unused.")
 flags.DEFINE_integer("max_eval_steps", 100,
                      "Maximum number of eval steps (0 = all the input once).")
-flags.DEFINE_bool("use_tpu", False, "Accepted for compatibility; must stay False.")
 flags.DEFINE_enum(
     "optimizer", "adamw", ["adamw", "lamb"],
     "The optimizer: 'adamw' (Google's Adam with decoupled weight decay) or 'lamb' "
@@ -88,8 +76,10 @@ flags.DEFINE_enum(
 ## Horovod and run-control parameters (and those of distributed.define_runtime_flags:
 ## threads, Horovod's cycle, --use_amp, --use_xla, --fp16_allreduce,
 ## --gradient_accumulation_steps, --scale_learning_rate, logging and checkpoints kept)
-distributed.define_runtime_flags(FLAGS)
-flags.adopt_module_key_flags(distributed)  # --help lists them with this script's.
+runner_common.define_flags(FLAGS)
+# --help lists them with this script's.
+flags.adopt_module_key_flags(runner_common)
+flags.adopt_module_key_flags(distributed)
 flags.DEFINE_integer(
     "seed", 12345,
     "Seed of weight initialization and of the input shuffles (the file order and "
@@ -101,31 +91,10 @@ flags.DEFINE_integer(
     "together make exactly the batches of one process).")
 
 
-class RunPlan(object):
-  """What `setup` derives from the flags once; the phases read it, never the flags.
-
-  Placement: runtime (a `distributed.Runtime`), rank, size, output_dir, work_dir.
-  Model and data: bert_config, input_files, max_seq_length, max_predictions_per_seq.
-  Training: per_process_batch, accumulation_steps, global_batch, num_train_steps,
-  num_warmup_steps, learning_rate, scale_learning_rate, optimizer_name, seed,
-  shuffle_buffer, init_checkpoint, save_checkpoints_steps, keep_checkpoint_max,
-  log_every_secs, compute_type, use_xla, fp16_allreduce.
-  Eval: eval_batch_size, max_eval_steps.
-  """
-
-  def __init__(self, **kwargs):
-    self.__dict__.update(kwargs)
-
-
 def validate_flags(flags_obj):
   """Checks flag values that need no file access; raises InputError."""
-  if flags_obj.use_tpu:
-    raise InputError("--use_tpu: TPUs are not supported; this script runs on GPUs/CPUs")
-  if not (flags_obj.do_train or flags_obj.do_eval):
-    raise InputError("at least one of --do_train or --do_eval must be set")
-  for name in ("input_file", "bert_config_file", "output_dir"):
-    if not getattr(flags_obj, name):
-      raise InputError("--%s is required" % name)
+  runner_common.validate_flags(flags_obj, ("do_train", "do_eval"),
+                               ("input_file", "bert_config_file", "output_dir"))
   distributed.validate_runtime_flags(flags_obj)
   for name in ("train_batch_size", "eval_batch_size", "max_seq_length",
                "max_predictions_per_seq", "num_train_steps", "save_checkpoints_steps"):
@@ -155,7 +124,12 @@ def check_init_checkpoint(init_checkpoint, bert_config):
 
 
 def setup(flags_obj, runtime):
-  """Validates inputs and derives the `RunPlan`; raises InputError on bad input.
+  """Validates inputs and derives the `runner_common.RunPlan`; raises InputError.
+
+  The plan has the shared fields (see `runner_common.RunPlan`) and: bert_config,
+  input_files, max_seq_length, max_predictions_per_seq, num_train_steps,
+  num_warmup_steps, optimizer_name, save_checkpoints_steps, max_eval_steps,
+  sparse_embedding_allreduce (False).
 
   Called from `main` only. Every rank runs this before any collective operation.
   """
@@ -163,12 +137,8 @@ def setup(flags_obj, runtime):
   # Horovod: rank 0 alone writes in output_dir; it holds the lock.
   if runtime.rank == 0:
     distributed.lock_output_dir(flags_obj.output_dir, lock_name=".run_pretraining.lock")
-  bert_config = modeling.BertConfig.from_json_file(flags_obj.bert_config_file)
-  if flags_obj.max_seq_length > bert_config.max_position_embeddings:
-    raise InputError(
-        "--max_seq_length=%d exceeds max_position_embeddings=%d of %s" %
-        (flags_obj.max_seq_length, bert_config.max_position_embeddings,
-         flags_obj.bert_config_file))
+  bert_config = runner_common.read_bert_config(flags_obj.bert_config_file,
+                                               flags_obj.max_seq_length)
   input_files = pretraining_data.expand_input_files(flags_obj.input_file)
   # Horovod: each rank checks the files it reads; rank 0 reads them all for eval.
   to_check = set()
@@ -184,63 +154,27 @@ def setup(flags_obj, runtime):
   if flags_obj.init_checkpoint and runtime.rank == 0:
     check_init_checkpoint(flags_obj.init_checkpoint, bert_config)
 
-  k = flags_obj.gradient_accumulation_steps
-  return RunPlan(
-      runtime=runtime, rank=runtime.rank, size=runtime.size,
-      output_dir=flags_obj.output_dir,
-      work_dir=distributed.work_dir_of(flags_obj.output_dir, runtime.rank),
+  return runner_common.RunPlan(
       bert_config=bert_config, input_files=input_files,
       max_seq_length=flags_obj.max_seq_length,
       max_predictions_per_seq=flags_obj.max_predictions_per_seq,
-      per_process_batch=flags_obj.train_batch_size, accumulation_steps=k,
-      # Horovod: the global batch is every rank's micro-batches of one update.
-      global_batch=runtime.size * flags_obj.train_batch_size * k,
       num_train_steps=flags_obj.num_train_steps,
       num_warmup_steps=flags_obj.num_warmup_steps,
-      learning_rate=flags_obj.learning_rate,
-      scale_learning_rate=flags_obj.scale_learning_rate,
-      optimizer_name=flags_obj.optimizer, seed=flags_obj.seed,
-      shuffle_buffer=flags_obj.train_shuffle_buffer,
-      init_checkpoint=flags_obj.init_checkpoint,
+      optimizer_name=flags_obj.optimizer, sparse_embedding_allreduce=False,
       # A checkpoint between two updates, never inside an accumulation window.
       save_checkpoints_steps=distributed.checkpoint_interval(
-          flags_obj.save_checkpoints_steps, k),
-      keep_checkpoint_max=flags_obj.keep_checkpoint_max,
-      log_every_secs=flags_obj.log_every_secs,
-      compute_type=distributed.choose_compute_type(flags_obj.use_amp,
-                                                   runtime.gpu_available),
-      use_xla=flags_obj.use_xla, fp16_allreduce=flags_obj.fp16_allreduce,
-      eval_batch_size=flags_obj.eval_batch_size,
-      max_eval_steps=flags_obj.max_eval_steps or None)
+          flags_obj.save_checkpoints_steps, flags_obj.gradient_accumulation_steps),
+      max_eval_steps=flags_obj.max_eval_steps or None,
+      **runner_common.shared_plan_fields(flags_obj, runtime))
 
 
 def make_estimator(plan):
-  """An Estimator for this rank. Only rank 0 saves checkpoints and summaries."""
-  return distributed.make_estimator(
-      plan.runtime, build_model_fn(plan), plan.output_dir, plan.work_dir, plan.seed,
-      plan.save_checkpoints_steps, plan.keep_checkpoint_max)
-
-
-def build_model_fn(plan):
-  """The model_fn for this rank (init checkpoint on rank 0 only)."""
-  return pretraining_model.model_fn_builder(
-      bert_config=plan.bert_config,
-      # Horovod: only rank 0 reads the initial checkpoint; the broadcast copies it.
-      init_checkpoint=plan.init_checkpoint if plan.rank == 0 else None,
-      learning_rate=plan.learning_rate,
-      num_train_steps=plan.num_train_steps,
-      num_warmup_steps=plan.num_warmup_steps,
-      optimizer_name=plan.optimizer_name,
-      scale_learning_rate=plan.scale_learning_rate,
-      training_hooks_fn=distributed.training_hooks_fn(
-          plan.runtime, plan.work_dir, plan.output_dir, plan.num_train_steps,
-          plan.per_process_batch, plan.log_every_secs, unit="sequences"),
-      compute_type=plan.compute_type,
-      gradient_accumulation_steps=plan.accumulation_steps,
-      fp16_allreduce=plan.fp16_allreduce,
+  """An Estimator of the pretraining model for this rank."""
+  return runner_common.make_estimator(plan, pretraining_model.model_fn_builder(
       # Horovod: the masked-LM loss divides by the mean prediction count of all
       # ranks, so N ranks x batch b train as one process with batch N x b.
-      mean_over_processes=distributed.average_over_processes if plan.size > 1 else None)
+      mean_over_processes=distributed.average_over_processes if plan.size > 1 else None,
+      **runner_common.model_fn_args(plan, unit="sequences")))
 
 
 def train(plan):
@@ -280,13 +214,8 @@ def evaluate(plan):
 
 
 def main(_):
-  runtime = distributed.init(FLAGS.horovod_cycle_time_ms, FLAGS.intra_op_threads,
-                             FLAGS.inter_op_threads, FLAGS.use_xla)
-  # Horovod: a bad input on any rank (InputError, InputFileError, ConfigError,
-  # CheckpointError) ends every rank with exit 2 before any collective.
-  plan = distributed.plan_or_exit(setup, FLAGS, runtime)
-  distributed.prepare_output_dirs(plan.rank, plan.output_dir, plan.work_dir,
-                                  RESULT_FILES)
+  # Horovod: a bad input on any rank ends every rank (exit 2) before any collective.
+  plan = runner_common.start(setup, FLAGS, RESULT_FILES)
 
   if FLAGS.do_train:
     train(plan)
