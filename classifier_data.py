@@ -154,33 +154,52 @@ class ColumnProcessor(DataProcessor):
   """A GLUE-style task whose fields sit at fixed columns of tab-separated files.
 
   Subclasses set `labels`, `columns` = (text_a, text_b or None, label) for the
-  train and dev files and `test_columns` = (text_a, text_b or None) for the test
-  file (column -1 is the last one), and which files start with a header line.
+  train and dev files (`dev_columns` if the dev file differs) and `test_columns`
+  = (text_a, text_b or None) for the test file (column -1 is the last one), and
+  which files start with a header line. `label_aliases` maps a label spelling of
+  the files to the label; `_keep` may skip rows.
   """
 
   labels = ()
   columns = (0, None, 1)
+  dev_columns = None
   test_columns = (0, None)
   header = True
   test_header = True
+  label_aliases = {}
 
   def get_labels(self, data_dir=None, train_examples=None):
     return list(self.labels)
 
   def _create_examples(self, rows, set_type):
     is_test = set_type == "test"
-    a_col, b_col = (self.test_columns if is_test else self.columns)[:2]
+    if is_test:
+      a_col, b_col = self.test_columns
+    else:
+      a_col, b_col, label_col = (self.dev_columns if set_type == "dev" and
+                                 self.dev_columns else self.columns)
     skip_first = self.test_header if is_test else self.header
     examples = []
     for i, row in enumerate(rows):
-      if i == 0 and skip_first:
+      if (i == 0 and skip_first) or not self._keep(row, set_type):
         continue
       # Test files carry no labels: the first label is a placeholder.
-      label = self.labels[0] if is_test else self._column(row, self.columns[2])
+      label = self.labels[0] if is_test else self._column(row, label_col)
       text_b = None if b_col is None else self._column(row, b_col)
-      examples.append(InputExample("%s-%d" % (set_type, row[1]),
-                                   self._column(row, a_col), text_b, label))
+      examples.append(InputExample(self._guid(set_type, i, row),
+                                   self._column(row, a_col), text_b,
+                                   self.label_aliases.get(label, label)))
     return examples
+
+  def _keep(self, row, set_type):
+    """Whether `row` of the `set_type` file makes an example (all rows here)."""
+    del row, set_type
+    return True
+
+  def _guid(self, set_type, index, row):
+    """The example id: the set and the line number of `row` ("train-12")."""
+    del index
+    return "%s-%d" % (set_type, row[1])
 
   def _column(self, row, index):
     return self._field(row, len(row[2]) - 1 if index == -1 else index)
@@ -235,38 +254,27 @@ class QqpProcessor(ColumnProcessor):
   test_columns = (1, 2)
 
 
-class XnliProcessor(DataProcessor):
-  """Processor for the XNLI data set (Chinese by default, as in Google's script)."""
+class XnliProcessor(ColumnProcessor):
+  """Processor for the XNLI data set (Chinese by default, as in Google's script):
+  training on the machine-translated MultiNLI, dev on this language's XNLI rows."""
 
   language = "zh"
   train_file = "multinli/multinli.train.%s.tsv" % language
   dev_file = "xnli.dev.tsv"
+  labels = ("contradiction", "entailment", "neutral")
+  columns = (0, 1, 2)
+  dev_columns = (6, 7, 1)
+  # The translated MultiNLI spells one label differently.
+  label_aliases = {"contradictory": "contradiction"}
 
-  def get_labels(self, data_dir=None, train_examples=None):
-    return ["contradiction", "entailment", "neutral"]
+  def _keep(self, row, set_type):
+    """The dev file holds every language: keep this one's rows."""
+    return set_type != "dev" or self._field(row, 0) == self.language
 
-  def get_train_examples(self, data_dir):
-    rows = self._read_tsv(data_dir, self.train_file)
-    examples = []
-    for i, row in enumerate(rows):
-      if i == 0:
-        continue
-      label = self._field(row, 2)
-      if label == "contradictory":
-        label = "contradiction"
-      examples.append(InputExample("train-%d" % i, self._field(row, 0),
-                                   self._field(row, 1), label))
-    return examples
-
-  def get_dev_examples(self, data_dir):
-    rows = self._read_tsv(data_dir, self.dev_file)
-    examples = []
-    for i, row in enumerate(rows):
-      if i == 0 or self._field(row, 0) != self.language:
-        continue
-      examples.append(InputExample("dev-%d" % i, self._field(row, 6),
-                                   self._field(row, 7), self._field(row, 1)))
-    return examples
+  def _guid(self, set_type, index, row):
+    """As Google's script: the set and the row's index in the file ("dev-3")."""
+    del row
+    return "%s-%d" % (set_type, index)
 
   def get_test_examples(self, data_dir):
     raise InputError("task xnli has no test set; use --do_eval")
