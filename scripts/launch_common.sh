@@ -1,8 +1,8 @@
 # The launcher core, sourced (not run) by every script in scripts/ that starts
-# or prepares a job: run_demo.sh, run_horovodrun.sh, run_mpirun.sh, slurm.sbatch,
-# setup.sh. It sets ROOT (the repository root, the folder above this file) and
-# PROG (the calling script's name), and gives each script the same usage, error,
-# quoting, interpreter and dry-run behaviour.
+# or prepares a job: run_demo.sh, run_pretrain_demo.sh, run_horovodrun.sh,
+# run_mpirun.sh, slurm.sbatch, setup.sh. It sets ROOT (the repository root, the
+# folder above this file) and PROG (the calling script's name), and gives each
+# script the same usage, option, error, quoting, interpreter and dry-run behaviour.
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PROG="$(basename "$0")"
@@ -36,6 +36,51 @@ quote() {
 
 # `need "$@"` inside an option loop: the option in $1 must have a value in $2.
 need() { [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"; }
+
+# `parse_options "$@"`: the option loop of a script. The script first names its
+# options, without the leading --, as NAME or NAME=VARIABLE (the variable is NAME
+# in capitals unless given: np sets NP), in
+#   VALUE_OPTIONS   options with a value, stored in the variable
+#   LIST_OPTIONS    repeatable options with a value, each added to the array
+#   SWITCH_OPTIONS  options without a value, setting the variable to 1
+# and may define `script_option OPTION`, which handles an option of its own that
+# takes no value and returns 0 (1 for an option it does not know). DASHES_FOR,
+# when set, names the program the words after `--` are for: they are left in the
+# array ARGS. Without it `--` is an unknown option. -h/--help prints the usage.
+parse_options() {
+  local var
+  ARGS=()
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      -h|--help) usage; exit 0 ;;
+      --) if [ -n "${DASHES_FOR:-}" ]; then shift; ARGS=("$@"); return 0; fi ;;
+    esac
+    if var="$(option_variable "$1" ${VALUE_OPTIONS:-})"; then
+      need "$@"; printf -v "$var" '%s' "$2"; shift 2
+    elif var="$(option_variable "$1" ${LIST_OPTIONS:-})"; then
+      need "$@"; eval "$var+=(\"\$2\")"; shift 2
+    elif var="$(option_variable "$1" ${SWITCH_OPTIONS:-})"; then
+      printf -v "$var" '%s' 1; shift
+    elif declare -F script_option >/dev/null && script_option "$1"; then
+      shift
+    else
+      die "unknown option '$1'${DASHES_FOR:+ (flags of $DASHES_FOR go after --)}"
+    fi
+  done
+}
+
+# `option_variable OPTION NAME...`: prints the variable of OPTION (--NAME) among
+# the NAMEs (NAME or NAME=VARIABLE, as parse_options); fails for any other option.
+option_variable() {
+  local option="$1" entry
+  shift
+  for entry in "$@"; do
+    [ "$option" = "--${entry%%=*}" ] || continue
+    if [[ "$entry" == *=* ]]; then echo "${entry#*=}"; else echo "${entry^^}"; fi
+    return 0
+  done
+  return 1
+}
 
 # `positive NAME VALUE`: VALUE must be a whole number of at least 1.
 positive() { [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "$1 must be a positive integer, got '$2'"; }

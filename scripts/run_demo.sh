@@ -45,21 +45,12 @@ PY="${VENV:+$VENV/bin/python}"
 # The demo model: 2 layers, hidden 256 (sized for a 2-core machine).
 HIDDEN="${HIDDEN:-256}"; LAYERS="${LAYERS:-2}"; HEADS="${HEADS:-4}"; FFN="${FFN:-1024}"
 
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --gpu) GPU=1; shift ;;
-    --skip_setup) SKIP_SETUP=1; shift ;;
-    --dry_run) DRY_RUN=1; shift ;;
-    --python) need "$@"; PY="$2"; shift 2 ;;
-    # The options with a value set the variable of the same name: --max_examples K
-    # sets MAX_EXAMPLES.
-    --np|--launcher|--controller|--epochs|--seed|--batch|--lr|--max_seq_length|\
-    --output_dir|--data_dir|--max_examples|--max_train_steps)
-      need "$@"; name="${1#--}"; printf -v "${name^^}" '%s' "$2"; shift 2 ;;
-    -h|--help) usage; exit 0 ;;
-    *) die "unknown option '$1'" ;;
-  esac
-done
+# The options with a value set the variable of the same name: --max_examples K
+# sets MAX_EXAMPLES.
+VALUE_OPTIONS="python=PY np launcher controller epochs seed batch lr max_seq_length
+  output_dir data_dir max_examples max_train_steps"
+SWITCH_OPTIONS="gpu skip_setup dry_run"
+parse_options "$@"
 
 OUTPUT_DIR="${OUTPUT_DIR:-$ROOT/output/demo-seed$SEED}"
 [[ "$MAX_EXAMPLES" =~ ^[0-9]+$ ]] || die "--max_examples must be a whole number, got '$MAX_EXAMPLES'"

@@ -40,30 +40,20 @@ NP=""; HOSTS=""; HOSTFILE=""; NICS=(); CONTROLLER=""; TIMELINE=""
 STALL_WARN=""; STALL_SHUTDOWN=""; SSH_PORT=""; START_TIMEOUT=""; OUTPUT_FILENAME=""
 VERBOSE=0; DRY_RUN=0; PYTHON=""; SCRIPT="$ROOT/run_classifier.py"; HOROVODRUN=""
 
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --np) need "$@"; NP="$2"; shift 2 ;;
-    --hosts) need "$@"; HOSTS="$2"; shift 2 ;;
-    --hostfile) need "$@"; HOSTFILE="$2"; shift 2 ;;
-    --network_interface) need "$@"; NICS+=("$2"); shift 2 ;;
-    --gloo) [ "$CONTROLLER" != mpi ] || die "--gloo and --mpi exclude each other"; CONTROLLER=gloo; shift ;;
-    --mpi) [ "$CONTROLLER" != gloo ] || die "--gloo and --mpi exclude each other"; CONTROLLER=mpi; shift ;;
-    --timeline) need "$@"; TIMELINE="$2"; shift 2 ;;
-    --stall_warning_secs) need "$@"; STALL_WARN="$2"; shift 2 ;;
-    --stall_shutdown_secs) need "$@"; STALL_SHUTDOWN="$2"; shift 2 ;;
-    --ssh_port) need "$@"; SSH_PORT="$2"; shift 2 ;;
-    --start_timeout) need "$@"; START_TIMEOUT="$2"; shift 2 ;;
-    --output_filename) need "$@"; OUTPUT_FILENAME="$2"; shift 2 ;;
-    --verbose) VERBOSE=1; shift ;;
-    --python) need "$@"; PYTHON="$2"; shift 2 ;;
-    --script) need "$@"; SCRIPT="$2"; shift 2 ;;
-    --horovodrun) need "$@"; HOROVODRUN="$2"; shift 2 ;;
-    --dry_run) DRY_RUN=1; shift ;;
-    -h|--help) usage; exit 0 ;;
-    --) shift; break ;;
-    *) die "unknown option '$1' (flags of run_classifier.py go after --)" ;;
-  esac
-done
+VALUE_OPTIONS="np hosts hostfile timeline stall_warning_secs=STALL_WARN
+  stall_shutdown_secs=STALL_SHUTDOWN ssh_port start_timeout output_filename python
+  script horovodrun"
+LIST_OPTIONS="network_interface=NICS"; SWITCH_OPTIONS="verbose dry_run"
+DASHES_FOR=run_classifier.py
+# --gloo or --mpi: Horovod's controller.
+script_option() {
+  case "$1" in --gloo|--mpi) ;; *) return 1 ;; esac
+  [ -z "$CONTROLLER" ] || [ "$CONTROLLER" = "${1#--}" ] \
+    || die "--gloo and --mpi exclude each other"
+  CONTROLLER="${1#--}"
+}
+parse_options "$@"
+set -- ${ARGS[@]+"${ARGS[@]}"}
 
 [ -n "$NP" ] || die "--np is required"
 positive --np "$NP"

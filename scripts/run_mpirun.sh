@@ -44,24 +44,12 @@ source "$(dirname "${BASH_SOURCE[0]}")/launch_common.sh"
 NP=""; HOSTFILE=""; HOSTS=""; IF_INCLUDE=""; RSH_AGENT=""; OVERSUBSCRIBE=0
 EXPORTS=(); DRY_RUN=0; PYTHON=""; SCRIPT="$ROOT/run_classifier.py"; MPIRUN=mpirun
 
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --np) need "$@"; NP="$2"; shift 2 ;;
-    --hostfile) need "$@"; HOSTFILE="$2"; shift 2 ;;
-    --hosts) need "$@"; HOSTS="$2"; shift 2 ;;
-    --btl_tcp_if_include) need "$@"; IF_INCLUDE="$2"; shift 2 ;;
-    --rsh_agent) need "$@"; RSH_AGENT="$2"; shift 2 ;;
-    --oversubscribe) OVERSUBSCRIBE=1; shift ;;
-    --export) need "$@"; EXPORTS+=("$2"); shift 2 ;;
-    --python) need "$@"; PYTHON="$2"; shift 2 ;;
-    --script) need "$@"; SCRIPT="$2"; shift 2 ;;
-    --mpirun) need "$@"; MPIRUN="$2"; shift 2 ;;
-    --dry_run) DRY_RUN=1; shift ;;
-    -h|--help) usage; exit 0 ;;
-    --) shift; break ;;
-    *) die "unknown option '$1' (flags of run_classifier.py go after --)" ;;
-  esac
-done
+VALUE_OPTIONS="np hostfile hosts btl_tcp_if_include=IF_INCLUDE rsh_agent python script
+  mpirun"
+LIST_OPTIONS="export=EXPORTS"; SWITCH_OPTIONS="oversubscribe dry_run"
+DASHES_FOR=run_classifier.py
+parse_options "$@"
+set -- ${ARGS[@]+"${ARGS[@]}"}
 
 [ -n "$NP" ] || die "--np is required"
 positive --np "$NP"

@@ -80,25 +80,16 @@ HIDDEN="${HIDDEN:-256}"; LAYERS="${LAYERS:-2}"; HEADS="${HEADS:-4}"; FFN="${FFN:
 # Record shards: enough for 8 processes to read by file (fewer ranks share them).
 NUM_SHARDS=8
 
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --gpu) GPU=1; shift ;;
-    --skip_setup) SKIP_SETUP=1; shift ;;
-    --force_pretrain) FORCE_PRETRAIN=1; shift ;;
-    --python) need "$@"; PY="$2"; shift 2 ;;
-    --optimizer) need "$@"; OPTIMIZER="$2"; shift 2 ;;
-    # The other options with a value set the variable of the same name.
-    --np|--controller|--output_dir|--pretrain_steps|--pretrain_batch|--pretrain_lr|\
-    --pretrain_warmup|--pretrain_seq_length|--max_predictions_per_seq|--dupe_factor|\
-    --max_documents|--seeds|--epochs|--batch|--lr|--max_seq_length|--max_examples|\
-    --max_train_steps)
-      need "$@"; name="${1#--}"; printf -v "${name^^}" '%s' "$2"; shift 2 ;;
-    -h|--help) usage; exit 0 ;;
-    --) shift; break ;;
-    *) die "unknown option '$1' (flags of run_pretraining.py go after --)" ;;
-  esac
-done
-PRETRAIN_EXTRA=("$@")
+# The options with a value set the variable of the same name: --pretrain_steps K
+# sets PRETRAIN_STEPS.
+VALUE_OPTIONS="python=PY optimizer np controller output_dir pretrain_steps
+  pretrain_batch pretrain_lr pretrain_warmup pretrain_seq_length
+  max_predictions_per_seq dupe_factor max_documents seeds epochs batch lr
+  max_seq_length max_examples max_train_steps"
+SWITCH_OPTIONS="gpu skip_setup force_pretrain"
+DASHES_FOR=run_pretraining.py
+parse_options "$@"
+PRETRAIN_EXTRA=(${ARGS[@]+"${ARGS[@]}"})
 
 if [ -z "$NP" ]; then
   if [ "$GPU" = 1 ]; then NP="$(nvidia-smi -L 2>/dev/null | wc -l)"; else NP="$(nproc)"; fi
