@@ -74,13 +74,13 @@ class ThroughputHook(tf.compat.v1.train.SessionRunHook):
     self._step_times = []
     self._timed_window = [None, None]  # Unix times: first timed step's start, last's end.
     self._steps_run = 0
-    self._start = None
-    self._last_log = None
-    self._t0 = None
-    self._global_step_tensor = None
     self._summary_dir = summary_dir
     self._unit = unit
-    self._writer = None
+    # Set once the graph and session exist: the step tensor, the summary writer,
+    # and the perf_counter() times of the start, the last progress line and the
+    # current step's start.
+    self._global_step_tensor = self._writer = None
+    self._start = self._last_log = self._t0 = None
 
   @property
   def global_batch(self):

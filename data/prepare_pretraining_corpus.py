@@ -291,8 +291,7 @@ def _parse_args(argv):
                       help="vocab: keep characters seen this often")
   parser.add_argument("--sentiment_dir", default=DEFAULT_SENTIMENT_DIR,
                       help="prepare_sentiment.py's output, checked if present")
-  parser.add_argument("--no_reviews", action="store_true",
-                      help="People's Daily only")
+  parser.add_argument("--no_reviews", action="store_true", help="People's Daily only")
   parser.add_argument("--seed", type=int, default=12345,
                       help="prepare_sentiment.py's --seed")
   parser.add_argument("--dev_fraction", type=float, default=0.1)

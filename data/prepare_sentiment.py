@@ -437,14 +437,12 @@ def _parse_args(argv):
   parser.add_argument("--max_examples", type=int, default=0,
                       help="cap on the total after shuffling (0 = all)")
   parser.add_argument("--min_char_count", type=int, default=2)
-  parser.add_argument("--hidden_size", type=int, default=256)
-  parser.add_argument("--num_hidden_layers", type=int, default=2)
-  parser.add_argument("--num_attention_heads", type=int, default=4)
-  parser.add_argument("--intermediate_size", type=int, default=1024)
-  parser.add_argument("--max_position_embeddings", type=int, default=256)
-  parser.add_argument("--hidden_dropout_prob", type=float, default=0.1)
-  parser.add_argument("--attention_probs_dropout_prob", type=float,
-                      default=0.1)
+  # The fields of the bert_config.json written with the vocab (type: the default's).
+  for name, default in (("hidden_size", 256), ("num_hidden_layers", 2),
+                        ("num_attention_heads", 4), ("intermediate_size", 1024),
+                        ("max_position_embeddings", 256), ("hidden_dropout_prob", 0.1),
+                        ("attention_probs_dropout_prob", 0.1)):
+    parser.add_argument("--" + name, type=type(default), default=default)
   args = parser.parse_args(argv)
   if not (0 <= args.dev_fraction < 1 and 0 <= args.test_fraction < 1
           and args.dev_fraction + args.test_fraction < 1):

@@ -70,11 +70,11 @@ def parse_args(argv=None):
                  help="Runs of every setting, interleaved; the fastest counts (keeps "
                  "a shared machine's drift out of the comparison).")
   p.add_argument("--batch", type=int, default=16, help="Batch size per process.")
-  p.add_argument("--num_hidden_layers", type=int, default=6)
-  p.add_argument("--hidden_size", type=int, default=384)
-  p.add_argument("--num_attention_heads", type=int, default=12)
-  p.add_argument("--intermediate_size", type=int, default=1536)
-  p.add_argument("--max_seq_length", type=int, default=128)
+  # The model of every run.
+  for name, default in (("num_hidden_layers", 6), ("hidden_size", 384),
+                        ("num_attention_heads", 12), ("intermediate_size", 1536),
+                        ("max_seq_length", 128)):
+    p.add_argument("--" + name, type=int, default=default)
   p.add_argument("--vocab_size", type=int, default=30522,
                  help="Vocabulary rows (30522 = BERT-base's uncased vocab).")
   p.add_argument("--num_examples", type=int, default=0,

@@ -167,14 +167,11 @@ def main():
   parser.add_argument("--intra_op_threads", type=int, default=1)
   parser.add_argument("--inter_op_threads", type=int, default=1)
   parser.add_argument("--top", type=int, default=12, help="op types listed per precision")
-  parser.add_argument("--batch_size", type=int, default=16)
-  parser.add_argument("--seq_length", type=int, default=128)
-  parser.add_argument("--vocab_size", type=int, default=5000)
-  parser.add_argument("--hidden_size", type=int, default=384)
-  parser.add_argument("--num_layers", type=int, default=6)
-  parser.add_argument("--num_heads", type=int, default=12)
-  parser.add_argument("--intermediate_size", type=int, default=1536)
-  parser.add_argument("--hidden_act", default="gelu")
+  # The model and its batch (type: the default's).
+  for name, default in (("batch_size", 16), ("seq_length", 128), ("vocab_size", 5000),
+                        ("hidden_size", 384), ("num_layers", 6), ("num_heads", 12),
+                        ("intermediate_size", 1536), ("hidden_act", "gelu")):
+    parser.add_argument("--" + name, type=type(default), default=default)
   args = parser.parse_args()
   precisions = args.precision.split(",")
   for p in precisions:
