@@ -42,6 +42,7 @@
 #   --pretrain_seq_length L   sequence length of the records (default 128)
 #   --max_predictions_per_seq P  masked positions per sequence (default: 15% of L + 1)
 #   --dupe_factor D           masked copies of the corpus (default 5)
+#   --whole_word_mask 0|1     1 masks whole space-separated words (default 0: characters)
 #   --max_documents K         pretrain on the first K corpus documents only (smoke tests)
 #   Fine-tuning (both models, as scripts/run_demo.sh):
 #   --seeds S[,S...]          fine-tuning seeds (default 1); the summary gives the mean
@@ -72,6 +73,7 @@ PRETRAIN_STEPS="${PRETRAIN_STEPS:-3000}"; PRETRAIN_BATCH="${PRETRAIN_BATCH:-64}"
 PRETRAIN_LR="${PRETRAIN_LR:-1e-3}"; PRETRAIN_WARMUP="${PRETRAIN_WARMUP:-}"
 OPTIMIZER="${OPTIMIZER:-lamb}"; PRETRAIN_SEQ_LENGTH="${PRETRAIN_SEQ_LENGTH:-128}"
 MAX_PREDICTIONS_PER_SEQ="${MAX_PREDICTIONS_PER_SEQ:-}"; DUPE_FACTOR="${DUPE_FACTOR:-5}"
+WHOLE_WORD_MASK="${WHOLE_WORD_MASK:-0}"
 MAX_DOCUMENTS="${MAX_DOCUMENTS:-0}"; SEEDS="${SEEDS:-1}"; EPOCHS="${EPOCHS:-3}"
 BATCH="${BATCH:-32}"; LR="${LR:-2e-4}"; MAX_SEQ_LENGTH="${MAX_SEQ_LENGTH:-128}"
 MAX_EXAMPLES="${MAX_EXAMPLES:-0}"; MAX_TRAIN_STEPS="${MAX_TRAIN_STEPS:-0}"
@@ -84,7 +86,7 @@ NUM_SHARDS=8
 # sets PRETRAIN_STEPS.
 VALUE_OPTIONS="python=PY optimizer np controller output_dir pretrain_steps
   pretrain_batch pretrain_lr pretrain_warmup pretrain_seq_length
-  max_predictions_per_seq dupe_factor max_documents seeds epochs batch lr
+  max_predictions_per_seq dupe_factor whole_word_mask max_documents seeds epochs batch lr
   max_seq_length max_examples max_train_steps"
 SWITCH_OPTIONS="gpu skip_setup force_pretrain"
 DASHES_FOR=run_pretraining.py
@@ -106,6 +108,7 @@ PRETRAIN_WARMUP="${PRETRAIN_WARMUP:-$(( PRETRAIN_STEPS / 10 ))}"
 MAX_PREDICTIONS_PER_SEQ="${MAX_PREDICTIONS_PER_SEQ:-$(( PRETRAIN_SEQ_LENGTH * 15 / 100 + 1 ))}"
 positive --max_predictions_per_seq "$MAX_PREDICTIONS_PER_SEQ"
 [[ "$SEEDS" =~ ^[0-9]+(,[0-9]+)*$ ]] || die "--seeds must be whole numbers separated by commas, got '$SEEDS'"
+case "$WHOLE_WORD_MASK" in 0|1) ;; *) die "--whole_word_mask must be 0 or 1, got '$WHOLE_WORD_MASK'" ;; esac
 case "$OPTIMIZER" in lamb|adamw) ;; *) die "--optimizer must be lamb or adamw, got '$OPTIMIZER'" ;; esac
 case "$CONTROLLER" in auto|gloo|mpi) ;; *) die "--controller must be auto, gloo or mpi, got '$CONTROLLER'" ;; esac
 
@@ -174,7 +177,8 @@ fi
 
 # (3) Masked-LM / next-sentence records, cached by corpus, vocab and settings.
 RECORD_KEY="$(key "$CORPUS" "$VOCAB" "seq=$PRETRAIN_SEQ_LENGTH" \
-  "predictions=$MAX_PREDICTIONS_PER_SEQ" "dupe=$DUPE_FACTOR" "shards=$NUM_SHARDS")"
+  "predictions=$MAX_PREDICTIONS_PER_SEQ" "dupe=$DUPE_FACTOR" "shards=$NUM_SHARDS" \
+  "whole_word_mask=$WHOLE_WORD_MASK")"
 RECORD_DIR="$CORPUS_DIR/records-$RECORD_KEY"
 RECORDS="$RECORD_DIR/seq$PRETRAIN_SEQ_LENGTH.tfrecord"
 if [ -f "$RECORD_DIR/done" ]; then
@@ -183,7 +187,8 @@ else
   rm -rf "$RECORD_DIR"
   timed records "$PY" "$ROOT/create_pretraining_data.py" --input_file="$CORPUS" \
     --output_file="$RECORDS" --num_output_shards="$NUM_SHARDS" --num_workers="$(nproc)" \
-    --vocab_file="$VOCAB" --do_whole_word_mask --max_seq_length="$PRETRAIN_SEQ_LENGTH" \
+    --vocab_file="$VOCAB" --do_whole_word_mask="$([ "$WHOLE_WORD_MASK" = 1 ] && echo true || echo false)" \
+    --max_seq_length="$PRETRAIN_SEQ_LENGTH" \
     --max_predictions_per_seq="$MAX_PREDICTIONS_PER_SEQ" --dupe_factor="$DUPE_FACTOR"
   touch "$RECORD_DIR/done"
 fi
@@ -212,7 +217,8 @@ else
     --max_predictions_per_seq="$MAX_PREDICTIONS_PER_SEQ" \
     --train_batch_size="$PRETRAIN_BATCH" --num_train_steps="$PRETRAIN_STEPS" \
     --num_warmup_steps="$PRETRAIN_WARMUP" --learning_rate="$PRETRAIN_LR" \
-    --optimizer="$OPTIMIZER" --save_checkpoints_steps=500 --log_every_secs=60 \
+    --optimizer="$OPTIMIZER" --save_checkpoints_steps=1000 --keep_checkpoint_max=0 \
+    --log_every_secs=60 \
     ${PRETRAIN_EXTRA[@]+"${PRETRAIN_EXTRA[@]}"}
   [ -f "$CHECKPOINT.index" ] || die "pretraining ended without $CHECKPOINT"
   tail -n 1 "$TIMES" | cut -f3 > "$PRETRAIN_DIR/done"
