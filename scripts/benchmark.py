@@ -3,12 +3,16 @@
   python scripts/benchmark.py                         # CPU: settings 1x1,1x2,2x1
   python scripts/benchmark.py --settings 1x1,2x1,1x2,2x2,4x1 --steps 40
   python scripts/benchmark.py --independent     # + 2 plain 1x1 jobs at once (bound)
-  python scripts/benchmark.py --gpu --settings 1,2,4 --extra_args="--use_xla --use_amp"
+  python scripts/benchmark.py --precision fp32,bf16  # + bf16 (--use_amp) runs
+  python scripts/benchmark.py --gpu --settings 1,2,4 --precision fp16 \
+      --extra_args=--use_xla
 
 Every setting PxT (P processes x T intra-op threads; with --gpu just P, one GPU
 each) runs `horovodrun -np P --mpi|--gloo python run_classifier.py --do_train
 --max_train_steps=STEPS --intra_op_threads=T ...` --repeats times, interleaved
-(1x1, 1x2, 2x1, 1x1, ...), and keeps its fastest run. The task is generated: a
+(1x1, 1x2, 2x1, 1x1, ...), and keeps its fastest run. --precision adds a second
+axis: every setting runs in each precision (bf16 and, on GPUs, fp16 add
+--use_amp), interleaved the same way. The task is generated: a
 vocab `[PAD] [UNK] [CLS] [SEP] [MASK] w0 w1 ...`, a bert_config.json from the
 flags, and train.tsv lines of random words that fill the whole sequence. Rates
 come from the train_metrics.json rank 0 writes (5 untimed warm-up steps).
@@ -16,9 +20,11 @@ come from the train_metrics.json rank 0 writes (5 untimed warm-up steps).
 --independent also runs every CPU setting PxT with P > 1 as P plain `python
 run_classifier.py` jobs at once (no Horovod): their summed rate bounds PxT.
 
-Matmul peaks (for MFU): subprocesses time float32 n x n matmuls (on GPU also
-bfloat16 and float16), one process alone and P at once. FLOPs and MFU are
-defined in scripts/benchmark_report.py; the subprocesses are started by
+Matmul peaks (for MFU): subprocesses time n x n matmuls in the dtype of every
+--precision (on GPU always float32, bfloat16 and float16), one process alone and
+P at once; the JSON records the oneDNN kernel each ran (bf16 on AMX:
+brg:avx512_core_amx). A run's MFU is against its own precision's peak. FLOPs and
+MFU are defined in scripts/benchmark_report.py; the subprocesses are started by
 scripts/benchmark_processes.py.
 
 Prints a markdown table; writes every raw number, the configuration and the
@@ -42,8 +48,8 @@ sys.path.insert(0, ROOT)
 from benchmark_processes import (  # pylint: disable=wrong-import-position
     BenchmarkError, log, measure_matmul_peak, run_jobs, worker_env)
 from benchmark_report import (  # pylint: disable=wrong-import-position
-    combine_independent, comparisons, derive, flops_report, format_table, machine_info,
-    peak_key, setting_name, train_flops_per_example)
+    PEAK_DTYPES, combine_independent, comparisons, derive, flops_report, format_table,
+    machine_info, peak_key, peak_suffix, setting_name, train_flops_per_example)
 from train_metrics import atomic_write_text  # pylint: disable=wrong-import-position
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -86,9 +92,15 @@ def parse_args(argv=None):
                  help="Results JSON (default <work_dir>/benchmark.json).")
   p.add_argument("--gpu", action="store_true",
                  help="GPU benchmark: settings are process counts, one GPU each.")
+  p.add_argument("--precision", default="fp32",
+                 help="Comma-separated precisions, each a run of every setting: fp32, "
+                 "bf16 (run_classifier.py --use_amp: bfloat16 matmuls, on CPUs with "
+                 "avx512_bf16 or amx_bf16) and, with --gpu, fp16 (--use_amp on GPUs). "
+                 "MFU is against the matmul peak of the run's precision.")
   p.add_argument("--extra_args", default="",
-                 help="Extra flags passed to run_classifier.py, e.g. "
-                 "'--use_xla --use_amp' (use --extra_args=\"...\").")
+                 help="Extra flags passed to run_classifier.py, e.g. '--use_xla' (use "
+                 "--extra_args=\"...\"). Not --use_amp: it is refused here, --precision "
+                 "sets it and labels the runs.")
   p.add_argument("--matmul_n", type=int, default=0,
                  help="Matmul size for the peak (0 = 2048 on CPU, 8192 on GPU).")
   p.add_argument("--peak_secs", type=float, default=2.0,
@@ -159,6 +171,38 @@ def parse_settings(text, gpu):
   if not settings:
     raise BenchmarkError("--settings: no setting given")
   return settings
+
+
+def parse_precisions(text, gpu):
+  """'fp32,bf16' -> ["fp32", "bf16"]; fp32 and what --use_amp trains in here.
+
+  --use_amp trains in bfloat16 on CPUs and in float16 on GPUs
+  (distributed.choose_compute_type). Raises BenchmarkError on any other item.
+  """
+  allowed = ["fp32", "fp16"] if gpu else ["fp32", "bf16"]
+  precisions = []
+  for item in (s.strip().lower() for s in text.split(",")):
+    if item and item not in allowed:
+      raise BenchmarkError("--precision: %r is not one of %s %s" % (
+          item, ", ".join(allowed), "with --gpu (--use_amp is float16 on GPUs)" if gpu
+          else "on CPU (--use_amp is bfloat16 on CPUs; fp16 needs --gpu)"))
+    if item and item not in precisions:
+      precisions.append(item)
+  if not precisions:
+    raise BenchmarkError("--precision: no precision given")
+  return precisions
+
+
+def check_precisions(precisions, extra_args, gpu):
+  """BenchmarkError if --extra_args sets --use_amp, or bf16 has no CPU support."""
+  for flag in extra_args.split():
+    if flag.lstrip("-").split("=")[0] in ("use_amp", "nouse_amp"):
+      raise BenchmarkError("--extra_args: %s is set by --precision (use --precision "
+                           "%s)" % (flag, "fp32,fp16" if gpu else "fp32,bf16"))
+  import distributed  # pylint: disable=import-outside-toplevel
+  if "bf16" in precisions and not distributed.cpu_supports_bfloat16():
+    raise BenchmarkError("--precision bf16: this CPU has no bfloat16 instructions "
+                         "(no avx512_bf16 or amx_bf16 in /proc/cpuinfo)")
 
 
 def validate_args(args):
@@ -243,17 +287,19 @@ def default_num_examples(args, settings):
 # Matmul peaks (subprocesses)
 
 
-def measure_peaks(settings, args):
-  """Matmul peaks for the settings.
+def measure_peaks(settings, precisions, args):
+  """Matmul peaks for the settings, in the dtype of every precision (GPU: all three).
 
   Returns:
     dict name -> measurement; names "T<t>" (one process at t threads, CPU),
-    "P<p>xT<t>" (p processes at once), on GPU "<dtype>" and "<dtype>x<p>".
+    "P<p>xT<t>" (p processes at once), on GPU "GPU" and "P<p>xGPU"; float32 peaks
+    as they are, the others with "-bfloat16" or "-float16" appended.
   """
   peaks = {}
-  dtypes = ["float32", "bfloat16", "float16"] if args.gpu else ["float32"]
+  dtypes = (["float32", "bfloat16", "float16"] if args.gpu else
+            [PEAK_DTYPES[precision] for precision in precisions])
   for dtype in dtypes:
-    suffix = "" if dtype == "float32" else "-" + dtype
+    suffix = peak_suffix(dtype)
     for p, t in sorted(set((1, t) for _, t in settings)) + sorted(
         set((p, t) for p, t in settings if p > 1)):
       key = peak_key(p, t) + suffix
@@ -307,14 +353,18 @@ def resolve_controller(requested, available, mpirun_on_path):
   return requested
 
 
-def classifier_command(horovodrun, args, paths, processes, threads, output_dir):
+def classifier_command(horovodrun, args, paths, processes, threads, precision,
+                       output_dir):
   """The horovodrun command line of one training run (args.controller: gloo or mpi)."""
   return [horovodrun, "-np", str(processes), "--" + args.controller] + script_command(
-      args, paths, threads, output_dir)
+      args, paths, threads, precision, output_dir)
 
 
-def script_command(args, paths, threads, output_dir):
-  """`python run_classifier.py <flags>` of one process's training run."""
+def script_command(args, paths, threads, precision, output_dir):
+  """`python run_classifier.py <flags>` of one process's training run.
+
+  Precisions other than fp32 add --use_amp (bfloat16 on CPUs, float16 on GPUs).
+  """
   cmd = [sys.executable, args.script,
          "--task_name=tsv", "--do_train",
          "--data_dir=" + paths["data_dir"], "--vocab_file=" + paths["vocab_file"],
@@ -327,6 +377,8 @@ def script_command(args, paths, threads, output_dir):
          "--seed=%d" % args.seed]
   if threads:
     cmd += ["--intra_op_threads=%d" % threads, "--inter_op_threads=1"]
+  if precision != "fp32":
+    cmd.append("--use_amp")
   return cmd + args.extra_args.split()
 
 
@@ -339,22 +391,24 @@ def fresh_run_dir(args, name, repeat):
   return run_dir
 
 
-def run_setting(horovodrun, args, paths, processes, threads, repeat=0):
+def run_setting(horovodrun, args, paths, processes, threads, precision, repeat=0):
   """Trains one setting (its `repeat`-th run) in a fresh directory; returns its record."""
   name = setting_name(processes, threads)
-  run_dir = fresh_run_dir(args, name, repeat)
-  cmd = classifier_command(horovodrun, args, paths, processes, threads,
+  run_dir = fresh_run_dir(args, "%s %s" % (name, precision), repeat)
+  cmd = classifier_command(horovodrun, args, paths, processes, threads, precision,
                            os.path.join(run_dir, "output"))
-  log("running %s: %s" % (name, " ".join(cmd)))
+  log("running %s %s: %s" % (name, precision, " ".join(cmd)))
   wall, (metrics,) = run_jobs([cmd], [run_dir], worker_env(args.gpu, None, threads),
                              args.timeout)
-  log("  %s: %.1f examples/sec global, step p50 %.3fs, %.0fs wall" % (
-      name, metrics["examples_per_sec_global"], metrics["step_time_p50_s"], wall))
+  log("  %s %s: %.1f examples/sec global, step p50 %.3fs, %.0fs wall" % (
+      name, precision, metrics["examples_per_sec_global"], metrics["step_time_p50_s"],
+      wall))
   return {"setting": name, "processes": processes, "threads": threads,
-          "command": cmd, "wall_s": wall, "run_dir": run_dir, "metrics": metrics}
+          "precision": precision, "command": cmd, "wall_s": wall, "run_dir": run_dir,
+          "metrics": metrics}
 
 
-def run_independent(args, paths, processes, threads, repeat=0):
+def run_independent(args, paths, processes, threads, precision, repeat=0):
   """Runs `processes` single-process jobs of `threads` threads at once; one record.
 
   No launcher and no Horovod communication: each job is `python run_classifier.py`
@@ -364,42 +418,44 @@ def run_independent(args, paths, processes, threads, repeat=0):
   which all of them were timing (1.0 = their timed steps ran side by side).
   """
   name = setting_name(processes, threads) + " independent"
-  run_dir = fresh_run_dir(args, name, repeat)
+  run_dir = fresh_run_dir(args, "%s %s" % (name, precision), repeat)
   job_dirs = [os.path.join(run_dir, "job%d" % i) for i in range(processes)]
   for d in job_dirs:
     os.makedirs(d)
-  cmds = [script_command(args, paths, threads, os.path.join(d, "output"))
+  cmds = [script_command(args, paths, threads, precision, os.path.join(d, "output"))
           for d in job_dirs]
-  log("running %s: %d x %s" % (name, processes, " ".join(cmds[0])))
+  log("running %s %s: %d x %s" % (name, precision, processes, " ".join(cmds[0])))
   wall, jobs = run_jobs(cmds, job_dirs, worker_env(args.gpu, None, threads),
                         args.timeout)
   metrics = combine_independent(jobs)
   log("  %s: %.1f examples/sec summed, timed windows overlap %.0f%%, %.0fs wall" % (
       name, metrics["examples_per_sec_global"], 100 * metrics["timed_overlap"], wall))
   return {"setting": name, "processes": processes, "threads": threads,
-          "independent": True, "command": cmds[0], "wall_s": wall,
-          "run_dir": run_dir, "metrics": metrics}
+          "precision": precision, "independent": True, "command": cmds[0],
+          "wall_s": wall, "run_dir": run_dir, "metrics": metrics}
 
 
-def run_all_settings(horovodrun, args, paths, settings):
-  """Runs every setting args.repeats times, interleaved; returns the fastest of each.
+def run_all_settings(horovodrun, args, paths, settings, precisions):
+  """Runs every setting in every precision args.repeats times, interleaved.
 
-  With args.independent, every CPU setting with P > 1 is followed by its
-  independent runs (run_independent), reported as setting "PxT independent".
+  Returns the fastest run of each (setting, precision). With args.independent,
+  every CPU setting with P > 1 is followed by its independent runs
+  (run_independent), reported as setting "PxT independent".
   Each returned record lists all its runs' global rates in "repeat_rates" and
   the directories of the others in "other_run_dirs".
   """
   keys = []
   for p, t in settings:
-    keys.append((p, t, False))
-    if args.independent and p > 1 and t:
-      keys.append((p, t, True))
+    for precision in precisions:
+      keys.append((p, t, precision, False))
+      if args.independent and p > 1 and t:
+        keys.append((p, t, precision, True))
   by_setting = {k: [] for k in keys}
   for repeat in range(args.repeats):
-    for p, t, independent in keys:
-      by_setting[(p, t, independent)].append(
-          run_independent(args, paths, p, t, repeat) if independent else
-          run_setting(horovodrun, args, paths, p, t, repeat))
+    for p, t, precision, independent in keys:
+      by_setting[(p, t, precision, independent)].append(
+          run_independent(args, paths, p, t, precision, repeat) if independent else
+          run_setting(horovodrun, args, paths, p, t, precision, repeat))
   best = []
   for key in keys:
     records = by_setting[key]
@@ -420,6 +476,8 @@ def run_benchmark(args):
   t_start = time.time()
   validate_args(args)
   settings = parse_settings(args.settings, args.gpu)
+  precisions = parse_precisions(args.precision, args.gpu)
+  check_precisions(precisions, args.extra_args, args.gpu)
   horovodrun = find_horovodrun(args.horovodrun)
   args.controller = resolve_controller(args.controller, horovod_controllers(horovodrun),
                                        shutil.which("mpirun") is not None)
@@ -444,13 +502,13 @@ def run_benchmark(args):
   log("task: %d examples of %d tokens in %s" % (num_examples, args.max_seq_length,
                                                  paths["data_dir"]))
 
-  peaks = {} if args.skip_peak else measure_peaks(settings, args)
-  runs = run_all_settings(horovodrun, args, paths, settings)
+  peaks = {} if args.skip_peak else measure_peaks(settings, precisions, args)
+  runs = run_all_settings(horovodrun, args, paths, settings, precisions)
   derive(runs, peaks, flops["train_total"], args.gpu)
   results = {
       "config": {"args": vars(args), "bert_config": bert_config_dict(args),
-                 "num_examples": num_examples, "settings": [setting_name(p, t)
-                                                            for p, t in settings]},
+                 "num_examples": num_examples, "precisions": precisions,
+                 "settings": [setting_name(p, t) for p, t in settings]},
       "flops": dict(flops, formula="6 * N_mm * S + 12 * L * S^2 * H", lines=report),
       "machine": dict(machine_info(peaks), loadavg_before=list(load_before)),
       "peaks": peaks, "runs": runs, "comparisons": comparisons(runs),

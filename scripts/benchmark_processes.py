@@ -88,9 +88,14 @@ def measure_matmul_peak(processes, threads, n, dtype, gpu, secs, repeats, timeou
   Every worker warms up, then all start timing together (a file signal). With
   gpu, worker i sees only GPU i.
 
+  Workers run with ONEDNN_VERBOSE=profile_create: oneDNN then names each matmul
+  kernel it creates (TensorFlow caches them), e.g. "brg:avx512_core_amx src_bf16
+  wei_bf16 dst_bf16" for bfloat16 on AMX; Eigen's float32 matmuls print none.
+
   Returns:
     dict: per_process_best (best window of each worker), aggregate_best (the best
-    window's sum over workers), tf_version, gpus.
+    window's sum over workers), onednn_matmul (the oneDNN matmul kernels of
+    worker 0, [] if none), tf_version, gpus.
   """
   sync_dir = tempfile.mkdtemp(prefix="bench-matmul-")
   procs = []
@@ -103,7 +108,8 @@ def measure_matmul_peak(processes, threads, n, dtype, gpu, secs, repeats, timeou
       with open(os.path.join(sync_dir, "stderr-%d" % i), "w") as err:
         procs.append(subprocess.Popen(
             [sys.executable, "-c", MATMUL_WORKER, json.dumps(spec)],
-            env=worker_env(gpu, i if gpu else None, threads), stdout=subprocess.PIPE,
+            env=dict(worker_env(gpu, i if gpu else None, threads),
+                     ONEDNN_VERBOSE="profile_create"), stdout=subprocess.PIPE,
             stderr=err, text=True, start_new_session=True))
     wait_for_ready(procs, sync_dir, timeout)
     open(os.path.join(sync_dir, "go"), "w").close()
@@ -118,6 +124,7 @@ def measure_matmul_peak(processes, threads, n, dtype, gpu, secs, repeats, timeou
           "per_process_best": [max(r["rates_tflops"]) for r in results],
           "aggregate_best": max(sum(w) for w in windows),
           "windows_tflops": [list(w) for w in windows],
+          "onednn_matmul": results[0]["onednn_matmul"],
           "tf_version": results[0]["tf_version"], "gpus": results[0]["gpus"]}
 
 
@@ -146,10 +153,29 @@ def collect_worker(proc, index, sync_dir, timeout):
     raise BenchmarkError("matmul worker timed out after %ds" % timeout)
   for line in out.splitlines():
     if line.startswith("MATMUL_RESULT "):
-      return json.loads(line[len("MATMUL_RESULT "):])
+      return dict(json.loads(line[len("MATMUL_RESULT "):]),
+                  onednn_matmul=onednn_matmul_kernels(out))
   err = read_text(os.path.join(sync_dir, "stderr-%d" % index))
   raise BenchmarkError("matmul worker failed (exit code %s); last lines of its "
                        "stderr:\n%s" % (proc.returncode, tail(err)))
+
+
+def onednn_matmul_kernels(text):
+  """The matmul kernels ONEDNN_VERBOSE=profile_create lines name, with data types.
+
+  A line `onednn_verbose,create:cache_miss,cpu,matmul,brg:avx512_core_amx,undef,
+  src_bf16::blocked:ab::f0 wei_bf16::... dst_bf16::...,...` gives
+  "brg:avx512_core_amx src_bf16 wei_bf16 dst_bf16".
+  """
+  kernels = []
+  for line in text.splitlines():
+    fields = line.split(",")
+    if (len(fields) > 6 and fields[0] == "onednn_verbose" and
+        fields[1].startswith("create:cache") and fields[3] == "matmul"):
+      kernel = " ".join([fields[4]] + [md.split("::")[0] for md in fields[6].split()])
+      if kernel not in kernels:
+        kernels.append(kernel)
+  return kernels
 
 
 def run_jobs(cmds, run_dirs, env, timeout):

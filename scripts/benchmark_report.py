@@ -17,11 +17,17 @@ classifier: all negligible.
 
 MFU: per-process MFU divides one process's achieved model TFLOP/s by the matmul
 peak of ONE process at T threads running alone; global MFU divides the job's
-TFLOP/s by the summed peak of P such processes running at once.
+TFLOP/s by the summed peak of P such processes running at once. Both peaks are
+of the run's precision (PEAK_DTYPES): an fp32 run against the float32 matmul, a
+bf16 run (--use_amp on CPU) against the bfloat16 one, an fp16 run (--use_amp on
+GPU) against the float16 one.
 """
 
 import os
 import platform
+
+# The matmul dtype whose peak a run of each --precision is measured against.
+PEAK_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 def setting_name(processes, threads):
@@ -33,6 +39,11 @@ def peak_key(processes, threads):
   """Key of a peak measurement in the results: 'T2', 'P2xT1', 'GPU', 'P2xGPU'."""
   unit = "T%d" % threads if threads else "GPU"
   return unit if processes == 1 else "P%dx%s" % (processes, unit)
+
+
+def peak_suffix(dtype):
+  """The end of a peak key for `dtype`: '' (float32), '-bfloat16' or '-float16'."""
+  return "" if dtype == "float32" else "-" + dtype
 
 
 def encoder_matmul_params(config):
@@ -114,43 +125,77 @@ def combine_independent(jobs):
 def derive(runs, peaks, flops_per_example, gpu):
   """Adds achieved TFLOP/s, MFU and scaling to every run record (in place).
 
-  A Horovod run with an independent counterpart (same P and T) also gets
-  "share_of_independent": its rate over the independent jobs' summed rate.
+  Scaling compares runs of the same precision. A Horovod run with an independent
+  counterpart (same P, T and precision) also gets "share_of_independent": its rate
+  over the independent jobs' summed rate. "per_process_mfu" and "global_mfu" are
+  against the peaks of the run's precision; on GPU "per_process_mfu-bfloat16" etc.
+  are against the other dtypes' peaks.
   """
-  rate = {(r["processes"], r["threads"]): r["metrics"]["examples_per_sec_global"]
+  rate = {run_key(r): r["metrics"]["examples_per_sec_global"]
           for r in runs if not r.get("independent")}
-  bound = {(r["processes"], r["threads"]): r["metrics"]["examples_per_sec_global"]
+  bound = {run_key(r): r["metrics"]["examples_per_sec_global"]
            for r in runs if r.get("independent")}
   for r in runs:
-    p, t = r["processes"], r["threads"]
+    p, t, precision = run_key(r)
     m = r["metrics"]
     d = {"achieved_tflops_global": m["examples_per_sec_global"] * flops_per_example / 1e12,
          "achieved_tflops_per_process":
              m["examples_per_sec_per_process"] * flops_per_example / 1e12}
-    base = rate.get((1, t))
-    if p == 1 and t and (1, 1) in rate and rate[(1, 1)] > 0:
-      d["speedup_vs_1x1"] = m["examples_per_sec_global"] / rate[(1, 1)]
+    base = rate.get((1, t, precision))
+    if p == 1 and t and rate.get((1, 1, precision)):
+      d["speedup_vs_1x1"] = m["examples_per_sec_global"] / rate[(1, 1, precision)]
     if p > 1 and base:
       d["scaling_efficiency"] = m["examples_per_sec_global"] / (p * base)
-    if not r.get("independent") and bound.get((p, t)):
-      d["share_of_independent"] = m["examples_per_sec_global"] / bound[(p, t)]
+    if not r.get("independent") and bound.get((p, t, precision)):
+      d["share_of_independent"] = (m["examples_per_sec_global"] /
+                                   bound[(p, t, precision)])
+    own = peak_suffix(PEAK_DTYPES[precision])
     for suffix in ([""] + (["-bfloat16", "-float16"] if gpu else [])):
-      one = peaks.get(peak_key(1, t) + suffix)
+      one = peaks.get(peak_key(1, t) + (suffix or own))
       if one:
         d["per_process_mfu" + suffix] = (d["achieved_tflops_per_process"] /
                                          max(one["per_process_best"]))
-      agg = peaks.get(peak_key(p, t) + suffix)
+      agg = peaks.get(peak_key(p, t) + (suffix or own))
       if agg:
         d["global_mfu" + suffix] = d["achieved_tflops_global"] / agg["aggregate_best"]
     r["derived"] = d
   return runs
 
 
+def run_key(run):
+  """(processes, threads, precision) of a run record."""
+  return run["processes"], run["threads"], run["precision"]
+
+
 def comparisons(runs):
+  """Lines comparing settings within each precision, then precisions per setting.
+
+  With more than one precision, each line of setting_comparisons starts with its
+  precision ("bf16: 2x1 vs 1x1 ..."); then every setting's bf16 or fp16 run is
+  compared with its fp32 run.
+  """
+  precisions = list(dict.fromkeys(r["precision"] for r in runs))
+  lines = []
+  for precision in precisions:
+    tag = precision + ": " if len(precisions) > 1 else ""
+    lines += [tag + line for line in setting_comparisons(
+        [r for r in runs if r["precision"] == precision])]
+  fp32 = {r["setting"]: r["metrics"]["examples_per_sec_global"]
+          for r in runs if r["precision"] == "fp32"}
+  for r in runs:
+    g = r["metrics"]["examples_per_sec_global"]
+    if r["precision"] != "fp32" and fp32.get(r["setting"]):
+      lines.append("%s %s vs fp32: %.2fx (%.2f vs %.2f examples/sec)" % (
+          r["setting"], r["precision"], g / fp32[r["setting"]], g, fp32[r["setting"]]))
+  return lines
+
+
+def setting_comparisons(runs):
   """Lines comparing equal-core settings: Px1 vs 1x1 (efficiency), Px1 vs 1xP.
 
   With independent runs: Px1 as a share of P independent 1x1 jobs, and those
-  jobs vs 1xP (the most any Px1 could beat 1xP by on this machine).
+  jobs vs 1xP (the most any Px1 could beat 1xP by on this machine). All runs
+  are of one precision.
   """
   by = {(r["processes"], r["threads"]): r for r in runs if not r.get("independent")}
   bound = {(r["processes"], r["threads"]): r for r in runs if r.get("independent")}
@@ -199,19 +244,21 @@ def scaling_cell(r):
 
 def format_table(runs, peaks, gpu):
   """The results as a markdown table (plus a table of the matmul peaks)."""
-  head = ["processes" if gpu else "processes x threads", "global examples/sec",
+  head = ["processes" if gpu else "processes x threads", "precision",
+          "global examples/sec",
           "per-process examples/sec",
           "scaling efficiency vs 1" if gpu else
           "scaling efficiency vs 1x1 (PxT: vs P x 1xT; 1xT: speedup)",
           "step p50 (s)", "achieved TFLOP/s (global)",
-          "per-process MFU (%% of 1-process %s peak)" % ("fp32" if gpu else "T-thread"),
-          "global MFU (% of P-process aggregate peak)"]
+          "per-process MFU (%% of 1-process%s peak of its precision)" % (
+              "" if gpu else " T-thread"),
+          "global MFU (% of P-process aggregate peak of its precision)"]
   if gpu:
     head += ["per-process MFU vs bf16 peak", "per-process MFU vs fp16 peak"]
   rows = []
   for r in runs:
     m, d = r["metrics"], r["derived"]
-    row = [r["setting"], "%.2f" % m["examples_per_sec_global"],
+    row = [r["setting"], r["precision"], "%.2f" % m["examples_per_sec_global"],
            "%.2f" % m["examples_per_sec_per_process"], scaling_cell(r),
            "%.3f" % m["step_time_p50_s"], "%.4f" % d["achieved_tflops_global"],
            pct(d.get("per_process_mfu")), pct(d.get("global_mfu"))]
@@ -222,10 +269,11 @@ def format_table(runs, peaks, gpu):
   if peaks:
     lines += [""] + markdown(
         ["matmul peak", "processes", "threads each", "dtype", "n",
-         "per-process TFLOP/s (best)", "aggregate TFLOP/s"],
+         "per-process TFLOP/s (best)", "aggregate TFLOP/s", "oneDNN kernel"],
         [[k, str(v["processes"]), str(v["threads"] or "GPU"), v["dtype"], str(v["n"]),
           ", ".join("%.4f" % x for x in v["per_process_best"]),
-          "%.4f" % v["aggregate_best"]] for k, v in peaks.items()])
+          "%.4f" % v["aggregate_best"], ", ".join(v.get("onednn_matmul") or ["none"])]
+         for k, v in peaks.items()])
   return lines
 
 

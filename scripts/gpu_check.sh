@@ -25,14 +25,16 @@ PY="$VENV/bin/python"
 "$PY" -c "import tensorflow as tf; g = tf.config.list_physical_devices('GPU'); print('TF sees', g); assert g"
 
 for mode in plain xla amp; do
+  precision=fp32
   case "$mode" in
     plain) extra="" ;;
     xla) extra="--use_xla" ;;
-    amp) extra="--use_amp" ;;
+    amp) extra="" precision=fp16 ;;  # --use_amp, MFU against the float16 peak
   esac
   echo "== benchmark on 1 GPU: $mode =="
   "$PY" "$ROOT/scripts/benchmark.py" --gpu --settings 1 --steps "$STEPS" \
-    --batch 32 --extra_args="$extra" --json_out "$OUT/benchmark_$mode.json" \
+    --batch 32 --precision "$precision" --extra_args="$extra" \
+    --json_out "$OUT/benchmark_$mode.json" \
     --work_dir "$OUT/work_$mode"
 done
 

@@ -76,7 +76,7 @@ def fake_runs(gpu):
   t = 0 if gpu else 1
   settings = [(1, t), (2, t)] + ([] if gpu else [(1, 2)])
   runs = [{"setting": benchmark.setting_name(p, tt), "processes": p, "threads": tt,
-           "metrics": {"examples_per_sec_global": 10.0 * p * (0.9 if p > 1 else 1) *
+           "precision": "fp32", "metrics": {"examples_per_sec_global": 10.0 * p * (0.9 if p > 1 else 1) *
                        (1.5 if tt == 2 else 1),
                        "examples_per_sec_per_process": 10.0 * (0.9 if p > 1 else 1),
                        "step_time_p50_s": 0.5}} for p, tt in settings]
@@ -131,7 +131,7 @@ def test_independent_jobs_combine_into_one_bound():
 def test_horovod_run_is_compared_with_its_independent_bound():
   runs, peaks = fake_runs(gpu=False)  # 1x1 10/s, 2x1 18/s, 1x2 15/s
   runs.append({"setting": "2x1 independent", "processes": 2, "threads": 1,
-               "independent": True,
+               "precision": "fp32", "independent": True,
                "metrics": {"examples_per_sec_global": 19.5,
                            "examples_per_sec_per_process": 9.75,
                            "step_time_p50_s": 0.5, "timed_overlap": 0.95}})
@@ -142,8 +142,8 @@ def test_horovod_run_is_compared_with_its_independent_bound():
   assert runs[3]["derived"]["scaling_efficiency"] == pytest.approx(0.975)
   assert "share_of_independent" not in runs[3]["derived"]
   table = "\n".join(benchmark.format_table(runs, peaks, gpu=False))
-  assert "| 2x1 | 18.00 | 9.00 | 90.0% (92.3% of independent) |" in table
-  assert "| 2x1 independent | 19.50 | 9.75 | 97.5% |" in table
+  assert "| 2x1 | fp32 | 18.00 | 9.00 | 90.0% (92.3% of independent) |" in table
+  assert "| 2x1 independent | fp32 | 19.50 | 9.75 | 97.5% |" in table
   lines = benchmark.comparisons(runs)
   assert lines[2].startswith("2x1 vs 2 independent 1x1 jobs at once (no communication): "
                              "92.3% (18.00 vs 19.50 examples/sec; timed windows "
@@ -168,8 +168,97 @@ def test_command_names_the_controller():
   paths = {"data_dir": "d", "vocab_file": "v", "bert_config_file": "c"}
   for controller in ("gloo", "mpi"):
     args.controller = controller
-    cmd = benchmark.classifier_command("horovodrun", args, paths, 2, 1, "out")
+    cmd = benchmark.classifier_command("horovodrun", args, paths, 2, 1, "fp32", "out")
     assert cmd[:4] == ["horovodrun", "-np", "2", "--" + controller]
+    assert "--use_amp" not in cmd
+
+
+def test_parse_precisions():
+  assert benchmark.parse_precisions("fp32, bf16,fp32", gpu=False) == ["fp32", "bf16"]
+  assert benchmark.parse_precisions("FP16", gpu=True) == ["fp16"]
+  for bad, gpu, message in (("fp16", False, "fp16 needs --gpu"),
+                            ("bf16", True, "float16 on GPUs"),
+                            ("fp64", False, "not one of fp32, bf16"),
+                            (" , ", False, "no precision given")):
+    with pytest.raises(benchmark.BenchmarkError, match="--precision: .*" + message):
+      benchmark.parse_precisions(bad, gpu)
+
+
+def test_amp_flags_come_from_precision_only(monkeypatch, capsys):
+  args = benchmark.parse_args(["--precision", "bf16"])
+  paths = {"data_dir": "d", "vocab_file": "v", "bert_config_file": "c"}
+  cmd = benchmark.script_command(args, paths, 1, "bf16", "out")
+  assert cmd.count("--use_amp") == 1
+  for extra in ("--use_amp", "--use_xla --use_amp=true", "--nouse_amp"):
+    assert benchmark.main(["--extra_args=" + extra]) == 1
+    assert ("--extra_args: %s is set by --precision (use --precision fp32,bf16)" %
+            extra.split()[-1]) in capsys.readouterr().err
+  import distributed  # pylint: disable=import-outside-toplevel
+  monkeypatch.setattr(distributed, "cpu_supports_bfloat16", lambda: False)
+  assert benchmark.main(["--precision", "fp32,bf16"]) == 1
+  err = capsys.readouterr().err
+  assert err == ("benchmark.py: error: --precision bf16: this CPU has no bfloat16 "
+                 "instructions (no avx512_bf16 or amx_bf16 in /proc/cpuinfo)\n")
+
+
+def test_mfu_uses_the_peak_of_the_runs_precision():
+  runs = [{"setting": "%dx1" % p, "processes": p, "threads": 1, "precision": precision,
+           "metrics": {"examples_per_sec_global": rate,
+                       "examples_per_sec_per_process": rate / p,
+                       "step_time_p50_s": 0.5}}
+          for p, precision, rate in ((1, "fp32", 10.0), (1, "bf16", 20.0),
+                                     (2, "fp32", 18.0), (2, "bf16", 36.0))]
+  peaks = {key: {"processes": p, "threads": 1, "dtype": dtype, "n": 64,
+                 "per_process_best": [best] * p, "aggregate_best": best * p}
+           for key, p, dtype, best in (("T1", 1, "float32", 1.0),
+                                       ("T1-bfloat16", 1, "bfloat16", 4.0),
+                                       ("P2xT1", 2, "float32", 0.8),
+                                       ("P2xT1-bfloat16", 2, "bfloat16", 3.2))}
+  benchmark.derive(runs, peaks, flops_per_example=1e11, gpu=False)
+  fp32_1, bf16_1, fp32_2, bf16_2 = [r["derived"] for r in runs]
+  assert fp32_1["per_process_mfu"] == pytest.approx(1.0)  # 1 TFLOP/s of 1.0
+  assert bf16_1["per_process_mfu"] == pytest.approx(0.5)  # 2 TFLOP/s of 4.0
+  assert fp32_2["global_mfu"] == pytest.approx(1.8 / 1.6)
+  assert bf16_2["per_process_mfu"] == pytest.approx(1.8 / 4.0)
+  assert bf16_2["global_mfu"] == pytest.approx(3.6 / 6.4)
+  # Scaling compares runs of one precision: bf16 2x1 against bf16 1x1.
+  assert bf16_2["scaling_efficiency"] == pytest.approx(0.9)
+  table = "\n".join(benchmark.format_table(runs, peaks, gpu=False))
+  assert "| 1x1 | bf16 | 20.00 | 20.00 | 1.00 (baseline) | 0.500 | 2.0000 | 50.0% |" in table
+  assert "| T1-bfloat16 | 1 | 1 | bfloat16 | 64 | 4.0000 | 4.0000 | none |" in table
+  lines = benchmark.comparisons(runs)
+  assert lines[0].startswith("fp32: 2x1 vs 1x1 scaling efficiency: 90.0%")
+  assert lines[1].startswith("bf16: 2x1 vs 1x1 scaling efficiency: 90.0%")
+  assert lines[2:] == ["1x1 bf16 vs fp32: 2.00x (20.00 vs 10.00 examples/sec)",
+                       "2x1 bf16 vs fp32: 2.00x (36.00 vs 18.00 examples/sec)"]
+
+
+def test_gpu_fp16_run_is_measured_against_the_float16_peak():
+  run = {"setting": "1", "processes": 1, "threads": 0, "precision": "fp16",
+         "metrics": {"examples_per_sec_global": 40.0,
+                     "examples_per_sec_per_process": 40.0, "step_time_p50_s": 0.5}}
+  peaks = {key: {"processes": 1, "threads": 0, "dtype": dtype, "n": 64,
+                 "per_process_best": [best], "aggregate_best": best}
+           for key, dtype, best in (("GPU", "float32", 1.0), ("GPU-bfloat16", "bfloat16",
+                                                               5.0),
+                                    ("GPU-float16", "float16", 8.0))}
+  (run,) = benchmark.derive([run], peaks, flops_per_example=1e11, gpu=True)
+  assert run["derived"]["per_process_mfu"] == pytest.approx(0.5)  # 4 TFLOP/s of 8.0
+  assert run["derived"]["per_process_mfu-bfloat16"] == pytest.approx(0.8)
+  assert run["derived"]["global_mfu-float16"] == pytest.approx(0.5)
+
+
+def test_onednn_kernels_are_read_from_verbose_lines():
+  text = ("MATMUL_RESULT {}\n"
+          "onednn_verbose,info,cpu,isa:Intel AMX with bfloat16\n"
+          "onednn_verbose,create:dispatch,matmul,cpu,matmul,brg:avx512_core_amx_fp16,undef,"
+          "src_bf16::blocked:ab::f0,,,unsupported isa\n"
+          "onednn_verbose,create:cache_miss,cpu,matmul,brg:avx512_core_amx,undef,"
+          "src_bf16::blocked:ab::f0 wei_bf16::blocked:ab::f0 dst_bf16::blocked:ab::f0,"
+          "attr-scratchpad:user ,,256x256:256x256,0.41\n")
+  assert benchmark_processes.onednn_matmul_kernels(text) == [
+      "brg:avx512_core_amx src_bf16 wei_bf16 dst_bf16"]
+  assert benchmark_processes.onednn_matmul_kernels("MATMUL_RESULT {}\n") == []
 
 
 def test_launcher_output_split_reads_gloo_and_mpi_prefixes():
@@ -248,7 +337,7 @@ def test_real_tiny_benchmark(tmp_path):
   assert results["peaks"]["T1"]["aggregate_best"] > 0
   assert len(results["peaks"]["P2xT1"]["per_process_best"]) == 2
   assert results["machine"]["nproc"] >= 1 and results["machine"]["tf_version"]
-  assert "| processes x threads | global examples/sec |" in proc.stdout
+  assert "| processes x threads | precision | global examples/sec |" in proc.stdout
   assert "| 2x1 |" in proc.stdout
   assert "2x1 vs 1x1 scaling efficiency:" in proc.stdout
   # The default controller: MPI where Horovod has it (CI builds it), else Gloo.
@@ -258,3 +347,41 @@ def test_real_tiny_benchmark(tmp_path):
     assert controller == "mpi"
   assert all(runs[name]["command"][3] == "--" + controller for name in ("1x1", "2x1"))
   assert "Horovod controller: %s" % controller in proc.stdout
+
+
+@requires("horovodrun")
+def test_real_tiny_benchmark_in_two_precisions(tmp_path):
+  import distributed  # pylint: disable=import-outside-toplevel
+  if not distributed.cpu_supports_bfloat16():
+    pytest.skip("this CPU has no avx512_bf16 or amx_bf16")
+  work = tmp_path / "work"
+  cmd = [sys.executable, SCRIPT, "--num_hidden_layers", "1", "--hidden_size", "32",
+         "--num_attention_heads", "2", "--intermediate_size", "64",
+         "--max_seq_length", "16", "--vocab_size", "200", "--settings", "1x1",
+         "--precision", "fp32,bf16", "--steps", "6", "--batch", "4", "--repeats", "1",
+         "--work_dir", str(work),
+         "--matmul_n", "128", "--peak_secs", "0.2", "--peak_repeats", "1"]
+  proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  results = json.load(open(work / "benchmark.json"))
+  assert results["config"]["precisions"] == ["fp32", "bf16"]
+  runs = results["runs"]
+  assert [(r["setting"], r["precision"]) for r in runs] == [("1x1", "fp32"),
+                                                            ("1x1", "bf16")]
+  assert ["--use_amp" in r["command"] for r in runs] == [False, True]
+  for r in runs:
+    assert r["metrics"]["examples_per_sec_global"] > 0
+    assert r["derived"]["per_process_mfu"] > 0
+  fp32, bf16 = results["peaks"]["T1"], results["peaks"]["T1-bfloat16"]
+  assert (fp32["dtype"], bf16["dtype"]) == ("float32", "bfloat16")
+  assert bf16["aggregate_best"] > 0
+  # The bfloat16 peak ran a bfloat16 oneDNN kernel (on AMX where the CPU has it).
+  assert any("src_bf16" in k and "dst_bf16" in k for k in bf16["onednn_matmul"])
+  if "amx_bf16" in open("/proc/cpuinfo").read():
+    assert any("amx" in k for k in bf16["onednn_matmul"]), bf16["onednn_matmul"]
+  # Each run's MFU is against its own precision's peak.
+  for r, peak in zip(runs, (fp32, bf16)):
+    assert r["derived"]["per_process_mfu"] == pytest.approx(
+        r["derived"]["achieved_tflops_per_process"] / max(peak["per_process_best"]))
+  assert "| 1x1 | bf16 |" in proc.stdout and "| T1-bfloat16 |" in proc.stdout
+  assert "1x1 bf16 vs fp32: " in proc.stdout
