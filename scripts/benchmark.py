@@ -69,6 +69,8 @@ def parse_args(argv=None):
                  help="Comma-separated PxT (processes x threads per process); with "
                  "--gpu, process counts (one GPU each). Default 1x1,1x2,2x1; with "
                  "--gpu 1,2,4,... up to the GPUs nvidia-smi lists.")
+  p.add_argument("--gpu", action="store_true",
+                 help="GPU benchmark: settings are process counts, one GPU each.")
   p.add_argument("--steps", type=int, default=20,
                  help="Training steps per run, including %d untimed warm-up steps "
                  "(the default benchmark takes ~7 min on 2 idle cores)." % WARMUP_STEPS)
@@ -76,6 +78,11 @@ def parse_args(argv=None):
                  help="Runs of every setting, interleaved; the fastest counts (keeps "
                  "a shared machine's drift out of the comparison).")
   p.add_argument("--batch", type=int, default=16, help="Batch size per process.")
+  p.add_argument("--precision", default="fp32",
+                 help="Comma-separated precisions, each a run of every setting: fp32, "
+                 "bf16 (run_classifier.py --use_amp: bfloat16 matmuls, on CPUs with "
+                 "avx512_bf16 or amx_bf16) and, with --gpu, fp16 (--use_amp on GPUs). "
+                 "MFU is against the matmul peak of the run's precision.")
   # The model of every run.
   for name, default in (("num_hidden_layers", 6), ("hidden_size", 384),
                         ("num_attention_heads", 12), ("intermediate_size", 1536),
@@ -90,23 +97,16 @@ def parse_args(argv=None):
                  help="Where the task and runs go (default: a new temporary dir, kept).")
   p.add_argument("--json_out", default=None,
                  help="Results JSON (default <work_dir>/benchmark.json).")
-  p.add_argument("--gpu", action="store_true",
-                 help="GPU benchmark: settings are process counts, one GPU each.")
-  p.add_argument("--precision", default="fp32",
-                 help="Comma-separated precisions, each a run of every setting: fp32, "
-                 "bf16 (run_classifier.py --use_amp: bfloat16 matmuls, on CPUs with "
-                 "avx512_bf16 or amx_bf16) and, with --gpu, fp16 (--use_amp on GPUs). "
-                 "MFU is against the matmul peak of the run's precision.")
   p.add_argument("--extra_args", default="",
                  help="Extra flags passed to run_classifier.py, e.g. '--use_xla' (use "
                  "--extra_args=\"...\"). Not --use_amp: it is refused here, --precision "
                  "sets it and labels the runs.")
-  p.add_argument("--matmul_n", type=int, default=0,
-                 help="Matmul size for the peak (0 = 2048 on CPU, 8192 on GPU).")
-  p.add_argument("--peak_secs", type=float, default=2.0,
-                 help="Seconds of one timed matmul window.")
-  p.add_argument("--peak_repeats", type=int, default=3,
-                 help="Timed windows per peak measurement (the best counts).")
+  # The matmul peak behind MFU.
+  for name, kind, default, text in (
+      ("matmul_n", int, 0, "Matmul size for the peak (0 = 2048 on CPU, 8192 on GPU)."),
+      ("peak_secs", float, 2.0, "Seconds of one timed matmul window."),
+      ("peak_repeats", int, 3, "Timed windows per peak measurement (the best counts).")):
+    p.add_argument("--" + name, type=kind, default=default, help=text)
   p.add_argument("--skip_peak", action="store_true",
                  help="Do not measure matmul peaks (no MFU columns).")
   p.add_argument("--independent", action="store_true",
