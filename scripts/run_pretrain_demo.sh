@@ -34,12 +34,12 @@
 #                             pretrain again
 #   Pretraining (the defaults aim at about 60 minutes on 2 idle cores: 3000 steps
 #   of 2 x 64 sequences of 128 at ~110 sequences/sec):
-#   --pretrain_steps K        global steps (default 3000)
-#   --pretrain_batch B        sequences per process and step (default 64)
-#   --pretrain_lr R           peak learning rate of one process, scaled by N (default 1e-3)
-#   --pretrain_warmup K       warmup steps (default: 10% of --pretrain_steps)
+#   --pretrain_steps K        global steps (default 12000)
+#   --pretrain_batch B        sequences per process and step (default 32)
+#   --pretrain_lr R           peak learning rate of one process, scaled by N (default 5e-3)
+#   --pretrain_warmup K       warmup steps (default: 2.5% of --pretrain_steps)
 #   --optimizer O             lamb (default) or adamw
-#   --pretrain_seq_length L   sequence length of the records (default 128)
+#   --pretrain_seq_length L   sequence length of the records (default 64)
 #   --max_predictions_per_seq P  masked positions per sequence (default: 15% of L + 1)
 #   --dupe_factor D           masked copies of the corpus (default 5)
 #   --whole_word_mask 0|1     1 masks whole space-separated words (default 0: characters)
@@ -69,9 +69,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/launch_common.sh"
 
 NP="${NP:-}"; GPU="${GPU:-0}"; CONTROLLER="${CONTROLLER:-auto}"
 OUTPUT_DIR="${OUTPUT_DIR:-$ROOT/output/pretrain-demo}"; FORCE_PRETRAIN=0
-PRETRAIN_STEPS="${PRETRAIN_STEPS:-3000}"; PRETRAIN_BATCH="${PRETRAIN_BATCH:-64}"
-PRETRAIN_LR="${PRETRAIN_LR:-1e-3}"; PRETRAIN_WARMUP="${PRETRAIN_WARMUP:-}"
-OPTIMIZER="${OPTIMIZER:-lamb}"; PRETRAIN_SEQ_LENGTH="${PRETRAIN_SEQ_LENGTH:-128}"
+PRETRAIN_STEPS="${PRETRAIN_STEPS:-12000}"; PRETRAIN_BATCH="${PRETRAIN_BATCH:-32}"
+PRETRAIN_LR="${PRETRAIN_LR:-5e-3}"; PRETRAIN_WARMUP="${PRETRAIN_WARMUP:-}"
+OPTIMIZER="${OPTIMIZER:-lamb}"; PRETRAIN_SEQ_LENGTH="${PRETRAIN_SEQ_LENGTH:-64}"
 MAX_PREDICTIONS_PER_SEQ="${MAX_PREDICTIONS_PER_SEQ:-}"; DUPE_FACTOR="${DUPE_FACTOR:-5}"
 WHOLE_WORD_MASK="${WHOLE_WORD_MASK:-0}"
 MAX_DOCUMENTS="${MAX_DOCUMENTS:-0}"; SEEDS="${SEEDS:-1}"; EPOCHS="${EPOCHS:-3}"
@@ -103,7 +103,7 @@ done
 for opt in max_documents max_examples max_train_steps; do
   var="${opt^^}"; [[ "${!var}" =~ ^[0-9]+$ ]] || die "--$opt must be a whole number, got '${!var}'"
 done
-PRETRAIN_WARMUP="${PRETRAIN_WARMUP:-$(( PRETRAIN_STEPS / 10 ))}"
+PRETRAIN_WARMUP="${PRETRAIN_WARMUP:-$(( PRETRAIN_STEPS / 40 ))}"
 [[ "$PRETRAIN_WARMUP" =~ ^[0-9]+$ ]] || die "--pretrain_warmup must be a whole number, got '$PRETRAIN_WARMUP'"
 MAX_PREDICTIONS_PER_SEQ="${MAX_PREDICTIONS_PER_SEQ:-$(( PRETRAIN_SEQ_LENGTH * 15 / 100 + 1 ))}"
 positive --max_predictions_per_seq "$MAX_PREDICTIONS_PER_SEQ"

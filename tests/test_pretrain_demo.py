@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from conftest import JOB_TIMEOUT, ROOT, requires
@@ -89,13 +90,15 @@ def test_pretrain_demo_runs_every_stage_then_reuses_the_checkpoint(tmp_path):
   assert only_dir(out, "pretrain-") == pretrain_dir
 
 
-def test_pretrain_demo_rejects_a_bad_option(tmp_path):
+@pytest.mark.parametrize("option,value,message", [
+    ("--optimizer", "sgd", "--optimizer must be lamb or adamw, got 'sgd'"),
+    ("--whole_word_mask", "yes", "--whole_word_mask must be 0 or 1, got 'yes'")])
+def test_pretrain_demo_rejects_a_bad_option(tmp_path, option, value, message):
   proc = subprocess.run(["bash", SCRIPT, "--skip_setup", "--output_dir", str(tmp_path),
-                         "--optimizer", "sgd"], cwd=ROOT, capture_output=True, text=True,
+                         option, value], cwd=ROOT, capture_output=True, text=True,
                         timeout=60)
   assert proc.returncode == 2
-  assert "run_pretrain_demo.sh: error: --optimizer must be lamb or adamw, got 'sgd'" in \
-      proc.stderr
+  assert "run_pretrain_demo.sh: error: " + message in proc.stderr
 
 
 def write_finetuning(folder, dev_accuracy, test_labels, predicted):
