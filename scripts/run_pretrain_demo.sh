@@ -4,7 +4,7 @@
 # sentiment task, and print one summary beside the same model fine-tuned from
 # random weights and the character n-gram baseline.
 #
-#   bash scripts/run_pretrain_demo.sh                    # ~60 min pretraining + fine-tuning
+#   bash scripts/run_pretrain_demo.sh -- --use_amp       # ~46 min pretraining + fine-tuning
 #   bash scripts/run_pretrain_demo.sh --seeds 1,2,3      # fine-tune 3 seeds, report the mean
 #   bash scripts/run_pretrain_demo.sh --force_pretrain   # rebuild the cached checkpoint
 #
@@ -32,8 +32,8 @@
 #   --output_dir D            default output/pretrain-demo
 #   --force_pretrain          delete the cached checkpoint of these settings and
 #                             pretrain again
-#   Pretraining (the defaults aim at about 60 minutes on 2 idle cores: 3000 steps
-#   of 2 x 64 sequences of 128 at ~110 sequences/sec):
+#   Pretraining (the defaults: 12000 steps of 2 x 32 sequences of 64, 46 minutes
+#   on a 2-core Xeon with -- --use_amp, ~280 sequences/sec; see docs/pretraining.md):
 #   --pretrain_steps K        global steps (default 12000)
 #   --pretrain_batch B        sequences per process and step (default 32)
 #   --pretrain_lr R           peak learning rate of one process, scaled by N (default 5e-3)
