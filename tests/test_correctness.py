@@ -91,10 +91,10 @@ tf.config.experimental.set_memory_growth = set_growth
 # Process 2 of 4 on this host (4 fake GPUs): it must take GPU 2.
 # Horovod: stand-ins that record the order of init, pinning and collectives.
 hvd.init = lambda *a, **k: events.append(["init"])
-hvd.rank = hvd.local_rank = lambda: 2
-hvd.size = hvd.local_size = lambda: 4
-hvd.cross_rank = lambda: 0
-hvd.cross_size = lambda: 1
+hvd.rank = hvd.local_rank = lambda: 2  # Horovod: stand-in
+hvd.size = hvd.local_size = lambda: 4  # Horovod: stand-in
+hvd.cross_rank = lambda: 0  # Horovod: stand-in
+hvd.cross_size = lambda: 1  # Horovod: stand-in
 for name in ("allgather_object", "broadcast_object", "allgather", "allreduce",
              "broadcast", "broadcast_variables", "join"):
   setattr(hvd, name, collective(name))

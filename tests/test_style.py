@@ -27,7 +27,7 @@ def tracked_python_files():
 
 
 def hvd_rows(text):
-  """Rows (1-based) where code uses `hvd.` (a NAME token, not text in a string)."""
+  """Rows (1-based) where code uses the name hvd and a dot (a NAME token, not text in a string)."""
   tokens = [t for t in tokenize.generate_tokens(io.StringIO(text).readline)
             if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT)]
   return sorted({t.start[0] for t, nxt in zip(tokens, tokens[1:])
@@ -44,6 +44,7 @@ def test_every_line_calling_hvd_is_tagged():
       if TAG in lines[row - 1] or (row > 1 and TAG in lines[row - 2]):
         continue
       untagged.append("%s:%d: %s" % (path, row, lines[row - 1].strip()))
+  # Horovod: the failure lists every untagged line.
   assert not untagged, ("lines calling hvd. without '%s' on them or the line above:\n%s"
                         % (TAG, "\n".join(untagged)))
 
