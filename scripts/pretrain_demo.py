@@ -3,14 +3,17 @@
   python scripts/pretrain_demo.py config --bert_config_file F --hidden_size 256 ...
   python scripts/pretrain_demo.py summary --test_file T --pretrain_dir P \\
       --pretrained_dirs A,B --scratch_dirs C,D --baseline_file F --times_file S \\
-      --output_file OUT
+      --output_file OUT [--curve STEP=E,F ...]
 
 `config` sets the model size of a bert_config.json in place (the corpus script
 writes the demo's default size). `summary` prints one table: test accuracy of
 the fine-tunings from the pretrained checkpoint and from random weights (each
 seed and the mean), the n-gram baseline, the pretraining's own eval, and the
 wall time of each stage of this run; it also writes it to --output_file and the
-numbers to the same path with a .json suffix.
+numbers to the same path with a .json suffix. Each --curve adds the fine-tunings
+from the checkpoint of that pretraining step: the summary then gives the curve
+of test accuracy against pretraining steps and minutes, from random weights (0)
+to the last checkpoint.
 """
 
 import argparse
@@ -115,11 +118,57 @@ def pretraining_lines(pretrain_dir):
   return lines
 
 
+def read_train_metrics(pretrain_dir):
+  """run_pretraining.py's train_metrics.json in `pretrain_dir`, or None."""
+  path = os.path.join(pretrain_dir, "train_metrics.json")
+  if not os.path.isfile(path):
+    return None
+  with open(path, encoding="utf-8") as f:
+    return json.load(f)
+
+
+def parse_curve(specs):
+  """[(step, [folder, ...])] from --curve values STEP=FOLDER[,FOLDER...]."""
+  points = []
+  for spec in specs:
+    step, sep, dirs = spec.partition("=")
+    if not sep or not step.isdigit() or not dirs:
+      raise ValueError("--curve %r: expected STEP=FOLDER[,FOLDER...]" % spec)
+    points.append((int(step), dirs.split(",")))
+  return sorted(points)
+
+
+def curve_lines(points, scratch, pretrained, last_step, metrics):
+  """The curve: mean test accuracy against pretraining steps and minutes.
+
+  `points` are [(step, fine-tuning results)] of the intermediate checkpoints;
+  random weights are step 0 and `pretrained` is `last_step`. Minutes are the
+  pretraining's measured seconds per step (of its last run, if resumed) times
+  the step, so they are marked as estimates.
+  """
+  per_step = (metrics["total_train_time_s"] / metrics["steps_run"]
+              if metrics and metrics["steps_run"] else None)
+  rows = [(0, scratch)] + points + [(last_step, pretrained)]
+  lines = ["accuracy against pretraining (test, mean over seeds; minutes estimated "
+           "from the pretraining's seconds per step):"]
+  for step, results in rows:
+    minutes = "%6.1f min" % (step * per_step / 60) if per_step else "     ? min"
+    tests = [r[2] for r in results]
+    lines.append("  step %7d  %s  test %.4f  (%d seed(s))%s" % (
+        step, minutes, mean(tests), len(tests), "  random weights" if not step else ""))
+  return lines
+
+
 def summary_text(test_file, pretrain_dir, pretrained_dirs, scratch_dirs, baseline_file,
-                 times_file):
-  """Returns (text, numbers) of the summary."""
+                 times_file, curve=(), last_step=0):
+  """Returns (text, numbers) of the summary.
+
+  `curve` is parse_curve's list; `last_step` the step of the checkpoint that
+  `pretrained_dirs` started from.
+  """
   pretrained = fine_tuning_accuracies(pretrained_dirs, test_file)
   scratch = fine_tuning_accuracies(scratch_dirs, test_file)
+  points = [(step, fine_tuning_accuracies(dirs, test_file)) for step, dirs in curve]
   baseline = read_baseline(baseline_file)
   gain = mean([r[2] for r in pretrained]) - mean([r[2] for r in scratch])
   lines = ["== bert-horovod pretraining demo ==",
@@ -134,6 +183,9 @@ def summary_text(test_file, pretrain_dir, pretrained_dirs, scratch_dirs, baselin
   lines.append("  pretraining gain:            %+.2f points over random weights" %
                (100 * gain))
   lines += pretraining_lines(pretrain_dir)
+  if points:
+    lines += curve_lines(points, scratch, pretrained, last_step,
+                         read_train_metrics(pretrain_dir))
   lines.append("stage times (this run):")
   rows = read_times(times_file)
   for stage, status, secs, note in rows:
@@ -145,6 +197,8 @@ def summary_text(test_file, pretrain_dir, pretrained_dirs, scratch_dirs, baselin
       "baseline_test_accuracy": baseline[1] if baseline else None,
       "stage_seconds": {r[0]: r[2] for r in rows},
       "stage_status": {r[0]: r[1] for r in rows},
+      "curve_test_accuracy": {str(step): [r[2] for r in results]
+                              for step, results in points},
   }
   return "\n".join(lines) + "\n", numbers
 
@@ -166,6 +220,11 @@ def main(argv=None):
                        help="baseline_ngram.py's output (empty: skipped)")
   summary.add_argument("--times_file", required=True)
   summary.add_argument("--output_file", required=True)
+  summary.add_argument("--pretrain_steps", type=int, default=0,
+                       help="the step of the checkpoint --pretrained_dirs started from")
+  summary.add_argument("--curve", action="append", default=[],
+                       help="STEP=FOLDER[,FOLDER...]: fine-tunings from the checkpoint "
+                       "of that pretraining step (repeatable)")
   args = parser.parse_args(argv)
   try:
     if args.command == "config":
@@ -175,7 +234,8 @@ def main(argv=None):
     text, numbers = summary_text(args.test_file, args.pretrain_dir,
                                  args.pretrained_dirs.split(","),
                                  args.scratch_dirs.split(","), args.baseline_file,
-                                 args.times_file)
+                                 args.times_file, parse_curve(args.curve),
+                                 args.pretrain_steps)
   except (OSError, ValueError, KeyError) as e:  # SummaryError is a ValueError.
     sys.stderr.write("%s: error: %s\n" % (PROG, e))
     return 2

@@ -7,6 +7,9 @@
 #   bash scripts/run_pretrain_demo.sh -- --use_amp       # ~46 min pretraining + fine-tuning
 #   bash scripts/run_pretrain_demo.sh --seeds 1,2,3      # fine-tune 3 seeds, report the mean
 #   bash scripts/run_pretrain_demo.sh --force_pretrain   # rebuild the cached checkpoint
+#   bash scripts/run_pretrain_demo.sh --curve_steps 3000,6000 -- --use_amp
+#                                    # also fine-tune those checkpoints: accuracy
+#                                    # against pretraining time
 #
 # Stages: (1) review split (data/prepare_sentiment.py), (2) corpus, vocab and
 # bert_config.json (data/prepare_pretraining_corpus.py), (3) pretraining records
@@ -43,9 +46,14 @@
 #   --max_predictions_per_seq P  masked positions per sequence (default: 15% of L + 1)
 #   --dupe_factor D           masked copies of the corpus (default 5)
 #   --whole_word_mask 0|1     1 masks whole space-separated words (default 0: characters)
+#   --pretrain_save_steps K   keep a checkpoint every K steps (default 1000)
 #   --max_documents K         pretrain on the first K corpus documents only (smoke tests)
 #   Fine-tuning (both models, as scripts/run_demo.sh):
 #   --seeds S[,S...]          fine-tuning seeds (default 1); the summary gives the mean
+#   --curve_steps K[,K...]    also fine-tune the checkpoints of these pretraining steps
+#                             (multiples of --pretrain_save_steps below
+#                             --pretrain_steps); the summary adds the curve of test
+#                             accuracy against pretraining steps and minutes
 #   --epochs E                default 3
 #   --batch B                 per-process batch (default 32)
 #   --lr R                    peak learning rate of one process, scaled by N (default 2e-4)
@@ -73,7 +81,8 @@ PRETRAIN_STEPS="${PRETRAIN_STEPS:-12000}"; PRETRAIN_BATCH="${PRETRAIN_BATCH:-32}
 PRETRAIN_LR="${PRETRAIN_LR:-5e-3}"; PRETRAIN_WARMUP="${PRETRAIN_WARMUP:-}"
 OPTIMIZER="${OPTIMIZER:-lamb}"; PRETRAIN_SEQ_LENGTH="${PRETRAIN_SEQ_LENGTH:-64}"
 MAX_PREDICTIONS_PER_SEQ="${MAX_PREDICTIONS_PER_SEQ:-}"; DUPE_FACTOR="${DUPE_FACTOR:-5}"
-WHOLE_WORD_MASK="${WHOLE_WORD_MASK:-0}"
+WHOLE_WORD_MASK="${WHOLE_WORD_MASK:-0}"; PRETRAIN_SAVE_STEPS="${PRETRAIN_SAVE_STEPS:-1000}"
+CURVE_STEPS="${CURVE_STEPS:-}"
 MAX_DOCUMENTS="${MAX_DOCUMENTS:-0}"; SEEDS="${SEEDS:-1}"; EPOCHS="${EPOCHS:-3}"
 BATCH="${BATCH:-32}"; LR="${LR:-2e-4}"; MAX_SEQ_LENGTH="${MAX_SEQ_LENGTH:-128}"
 MAX_EXAMPLES="${MAX_EXAMPLES:-0}"; MAX_TRAIN_STEPS="${MAX_TRAIN_STEPS:-0}"
@@ -86,8 +95,8 @@ NUM_SHARDS=8
 # sets PRETRAIN_STEPS.
 VALUE_OPTIONS="python=PY optimizer np controller output_dir pretrain_steps
   pretrain_batch pretrain_lr pretrain_warmup pretrain_seq_length
-  max_predictions_per_seq dupe_factor whole_word_mask max_documents seeds epochs batch lr
-  max_seq_length max_examples max_train_steps"
+  max_predictions_per_seq dupe_factor whole_word_mask pretrain_save_steps max_documents
+  seeds curve_steps epochs batch lr max_seq_length max_examples max_train_steps"
 SWITCH_OPTIONS="gpu skip_setup force_pretrain"
 DASHES_FOR=run_pretraining.py
 parse_options "$@"
@@ -96,8 +105,8 @@ PRETRAIN_EXTRA=(${ARGS[@]+"${ARGS[@]}"})
 if [ -z "$NP" ]; then
   if [ "$GPU" = 1 ]; then NP="$(nvidia-smi -L 2>/dev/null | wc -l)"; else NP="$(nproc)"; fi
 fi
-for opt in np pretrain_steps pretrain_batch pretrain_seq_length dupe_factor epochs batch \
-    max_seq_length; do
+for opt in np pretrain_steps pretrain_batch pretrain_seq_length pretrain_save_steps \
+    dupe_factor epochs batch max_seq_length; do
   var="${opt^^}"; positive "--$opt" "${!var}"
 done
 for opt in max_documents max_examples max_train_steps; do
@@ -108,6 +117,12 @@ PRETRAIN_WARMUP="${PRETRAIN_WARMUP:-$(( PRETRAIN_STEPS / 40 ))}"
 MAX_PREDICTIONS_PER_SEQ="${MAX_PREDICTIONS_PER_SEQ:-$(( PRETRAIN_SEQ_LENGTH * 15 / 100 + 1 ))}"
 positive --max_predictions_per_seq "$MAX_PREDICTIONS_PER_SEQ"
 [[ "$SEEDS" =~ ^[0-9]+(,[0-9]+)*$ ]] || die "--seeds must be whole numbers separated by commas, got '$SEEDS'"
+for step in ${CURVE_STEPS//,/ }; do
+  [[ "$step" =~ ^[1-9][0-9]*$ ]] && (( step % PRETRAIN_SAVE_STEPS == 0 )) && \
+    (( step < PRETRAIN_STEPS )) || die "--curve_steps must be multiples of" \
+    "--pretrain_save_steps ($PRETRAIN_SAVE_STEPS) below --pretrain_steps ($PRETRAIN_STEPS)," \
+    "got '$CURVE_STEPS'"
+done
 case "$WHOLE_WORD_MASK" in 0|1) ;; *) die "--whole_word_mask must be 0 or 1, got '$WHOLE_WORD_MASK'" ;; esac
 case "$OPTIMIZER" in lamb|adamw) ;; *) die "--optimizer must be lamb or adamw, got '$OPTIMIZER'" ;; esac
 case "$CONTROLLER" in auto|gloo|mpi) ;; *) die "--controller must be auto, gloo or mpi, got '$CONTROLLER'" ;; esac
@@ -217,7 +232,7 @@ else
     --max_predictions_per_seq="$MAX_PREDICTIONS_PER_SEQ" \
     --train_batch_size="$PRETRAIN_BATCH" --num_train_steps="$PRETRAIN_STEPS" \
     --num_warmup_steps="$PRETRAIN_WARMUP" --learning_rate="$PRETRAIN_LR" \
-    --optimizer="$OPTIMIZER" --save_checkpoints_steps=1000 --keep_checkpoint_max=0 \
+    --optimizer="$OPTIMIZER" --save_checkpoints_steps="$PRETRAIN_SAVE_STEPS" --keep_checkpoint_max=0 \
     --log_every_secs=60 \
     ${PRETRAIN_EXTRA[@]+"${PRETRAIN_EXTRA[@]}"}
   [ -f "$CHECKPOINT.index" ] || die "pretraining ended without $CHECKPOINT"
@@ -252,6 +267,21 @@ for seed in ${SEEDS//,/ }; do
   finetune "finetune-scratch-seed$seed" "$dir"
   SCRATCH_DIRS+=("$dir")
 done
+# The curve: the same fine-tunings from earlier checkpoints of the same pretraining.
+CURVE_ARGS=()
+for step in ${CURVE_STEPS//,/ }; do
+  [ -f "$PRETRAIN_DIR/model.ckpt-$step.index" ] || die "--curve_steps $step: no" \
+    "$PRETRAIN_DIR/model.ckpt-$step (the cached pretraining kept other steps; run with" \
+    "--force_pretrain to rebuild it)"
+  dirs=()
+  for seed in ${SEEDS//,/ }; do
+    dir="$OUTPUT_DIR/finetune-pretrained-$PRETRAIN_KEY-step$step-$FINETUNE_KEY-seed$seed"
+    finetune "finetune-step$step-seed$seed" "$dir" \
+      --init_checkpoint="$PRETRAIN_DIR/model.ckpt-$step"
+    dirs+=("$dir")
+  done
+  CURVE_ARGS+=(--curve "$step=$(IFS=,; echo "${dirs[*]}")")
+done
 
 # (7) The n-gram baseline on the same split (needs scikit-learn).
 BASELINE="$OUTPUT_DIR/baseline-$(key "$DATA_DIR/train.tsv" "$DATA_DIR/dev.tsv" \
@@ -273,4 +303,5 @@ IFS=,
 "$PY" "$ROOT/scripts/pretrain_demo.py" summary --test_file "$DATA_DIR/test.tsv" \
   --pretrain_dir "$PRETRAIN_DIR" --pretrained_dirs "${PRETRAINED_DIRS[*]}" \
   --scratch_dirs "${SCRATCH_DIRS[*]}" --baseline_file "$BASELINE" --times_file "$TIMES" \
-  --output_file "$OUTPUT_DIR/pretrain_summary.txt"
+  --output_file "$OUTPUT_DIR/pretrain_summary.txt" --pretrain_steps "$PRETRAIN_STEPS" \
+  ${CURVE_ARGS[@]+"${CURVE_ARGS[@]}"}

@@ -36,8 +36,10 @@ def stage_status(output_dir):
     return json.load(f)["stage_status"]
 
 
-def only_dir(output_dir, prefix):
-  found = [d for d in os.listdir(output_dir) if d.startswith(prefix)]
+def only_dir(output_dir, prefix, part=""):
+  """The one folder of `output_dir` named `prefix`... that has `part` (none if empty)."""
+  found = [d for d in os.listdir(output_dir) if d.startswith(prefix) and
+           (part in d if part else "-step" not in d)]
   assert len(found) == 1, found
   return os.path.join(output_dir, found[0])
 
@@ -49,15 +51,17 @@ def word_embeddings(checkpoint):
 @requires("horovodrun")
 def test_pretrain_demo_runs_every_stage_then_reuses_the_checkpoint(tmp_path):
   out = str(tmp_path / "out")
-  proc = run_demo(out)
+  proc = run_demo(out, "--pretrain_save_steps", "2", "--curve_steps", "2")
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   assert stage_status(out) == {
       "data": "ran", "corpus": "ran", "records": "ran", "pretrain": "ran",
       "finetune-pretrained-seed1": "ran", "finetune-scratch-seed1": "ran",
-      "baseline": "ran"}
+      "finetune-step2-seed1": "ran", "baseline": "ran"}
   summary = proc.stdout.split("== bert-horovod pretraining demo ==")[1]
   for line in ("from the pretrained model", "from random weights",
-               "char 1-3-gram baseline       test", "masked_lm_accuracy"):
+               "char 1-3-gram baseline       test", "masked_lm_accuracy",
+               "accuracy against pretraining", "step       0", "step       2",
+               "step       4"):
     assert line in summary, summary
   numbers = json.load(open(os.path.join(out, "pretrain_summary.json")))
   for key in ("pretrained_test_accuracy", "scratch_test_accuracy"):
@@ -74,6 +78,13 @@ def test_pretrain_demo_runs_every_stage_then_reuses_the_checkpoint(tmp_path):
   np.testing.assert_array_equal(start, word_embeddings(checkpoint))
   scratch = word_embeddings(os.path.join(only_dir(out, "finetune-scratch-"), "model.ckpt-0"))
   assert not np.array_equal(scratch, start)
+  # The curve's fine-tuning starts from the step-2 checkpoint, which differs from step 4.
+  step2 = word_embeddings(os.path.join(only_dir(out, "finetune-pretrained-", "-step2-"),
+                                       "model.ckpt-0"))
+  np.testing.assert_array_equal(step2, word_embeddings(os.path.join(pretrain_dir,
+                                                                    "model.ckpt-2")))
+  assert not np.array_equal(step2, start)
+  assert len(numbers["curve_test_accuracy"]["2"]) == 1
   # Both fine-tunings read the corpus vocab (one embedding row per token).
   with open(os.path.join(out, "data", "pretrain", "vocab.txt")) as f:
     assert start.shape == (sum(1 for _ in f), 32)
@@ -92,7 +103,11 @@ def test_pretrain_demo_runs_every_stage_then_reuses_the_checkpoint(tmp_path):
 
 @pytest.mark.parametrize("option,value,message", [
     ("--optimizer", "sgd", "--optimizer must be lamb or adamw, got 'sgd'"),
-    ("--whole_word_mask", "yes", "--whole_word_mask must be 0 or 1, got 'yes'")])
+    ("--whole_word_mask", "yes", "--whole_word_mask must be 0 or 1, got 'yes'"),
+    ("--curve_steps", "1500", "--curve_steps must be multiples of --pretrain_save_steps "
+     "(1000) below --pretrain_steps (12000), got '1500'"),
+    ("--curve_steps", "12000", "--curve_steps must be multiples of --pretrain_save_steps "
+     "(1000) below --pretrain_steps (12000), got '12000'")])
 def test_pretrain_demo_rejects_a_bad_option(tmp_path, option, value, message):
   proc = subprocess.run(["bash", SCRIPT, "--skip_setup", "--output_dir", str(tmp_path),
                          option, value], cwd=ROOT, capture_output=True, text=True,
@@ -137,6 +152,35 @@ def test_summary_means_over_seeds_and_notes_a_skipped_baseline(tmp_path):
   assert "pretraining gain:            +37.50 points" in text
   assert "pretrain                     cached       0 s  built in 3600 s" in text
   assert text.splitlines()[-1].split() == ["total", "40", "s"]
+
+
+def test_summary_curve_goes_from_random_weights_to_the_last_checkpoint(tmp_path):
+  test_file = str(tmp_path / "test.tsv")
+  labels = ["1", "0", "1", "0"]
+  with open(test_file, "w") as f:
+    f.writelines("%s\ttext %d\n" % (y, i) for i, y in enumerate(labels))
+  pretrain_dir = str(tmp_path / "pretrain")
+  os.makedirs(pretrain_dir)
+  with open(os.path.join(pretrain_dir, "train_metrics.json"), "w") as f:
+    json.dump({"steps_run": 100, "total_train_time_s": 600.0, "steps_timed": 95,
+               "examples_per_sec_global": 1.0, "examples_per_sec_per_process": 0.5,
+               "processes": 2, "global_batch": 4}, f)
+  last = [write_finetuning(str(tmp_path / "p1"), 0.9, labels, "1010")]
+  scratch = [write_finetuning(str(tmp_path / "s1"), 0.6, labels, "1111")]
+  middle = write_finetuning(str(tmp_path / "m1"), 0.7, labels, "1011")
+  times = str(tmp_path / "times.tsv")
+  open(times, "w").close()
+  curve = pretrain_demo.parse_curve(["50=" + middle])
+  text, numbers = pretrain_demo.summary_text(test_file, pretrain_dir, last, scratch, "",
+                                             times, curve, 100)
+  assert numbers["curve_test_accuracy"] == {"50": [0.75]}
+  rows = text.split("accuracy against pretraining")[1].splitlines()[1:4]
+  assert [r.split()[:6] for r in rows] == [
+      ["step", "0", "0.0", "min", "test", "0.5000"],
+      ["step", "50", "5.0", "min", "test", "0.7500"],
+      ["step", "100", "10.0", "min", "test", "1.0000"]]
+  with pytest.raises(ValueError, match="expected STEP=FOLDER"):
+    pretrain_demo.parse_curve(["fifty=" + middle])
 
 
 def test_config_sets_the_model_size_and_enough_positions(tmp_path):
