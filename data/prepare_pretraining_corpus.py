@@ -292,6 +292,9 @@ def _parse_args(argv):
   parser.add_argument("--sentiment_dir", default=DEFAULT_SENTIMENT_DIR,
                       help="prepare_sentiment.py's output, checked if present")
   parser.add_argument("--no_reviews", action="store_true", help="People's Daily only")
+  parser.add_argument("--reviews_file", default=None,
+                      help="also write the training reviews alone here, in the same "
+                      "format (the in-domain corpus of a second pretraining phase)")
   parser.add_argument("--seed", type=int, default=12345,
                       help="prepare_sentiment.py's --seed")
   parser.add_argument("--dev_fraction", type=float, default=0.1)
@@ -302,6 +305,8 @@ def _parse_args(argv):
     parser.error("--min_char_count must be >= 1")
   if args.bert_config_file and not args.vocab_file:
     parser.error("--bert_config_file needs --vocab_file")
+  if args.reviews_file and args.no_reviews:
+    parser.error("--reviews_file and --no_reviews exclude each other")
   return args
 
 
@@ -343,6 +348,8 @@ def main(argv=None):
     return 2
   documents = news + reviews
   ps._write_atomic(args.output_file, format_corpus(documents))  # pylint: disable=protected-access
+  if args.reviews_file:
+    ps._write_atomic(args.reviews_file, format_corpus(reviews))  # pylint: disable=protected-access
   for label, docs in (("people's daily", news), ("training reviews", reviews),
                       ("total", documents)):
     print(label.ljust(17) + "%(documents)7d documents %(sentences)8d "
@@ -359,7 +366,8 @@ def main(argv=None):
     if args.bert_config_file:
       ps._write_json(args.bert_config_file, ps.make_bert_config(len(vocab)))  # pylint: disable=protected-access
       print("bert config (vocab_size %d) -> %s" % (len(vocab), args.bert_config_file))
-  print("wrote %s in %.1f s" % (args.output_file, time.time() - start))
+  print("wrote %s%s in %.1f s" % (args.output_file, " and " + args.reviews_file
+                                  if args.reviews_file else "", time.time() - start))
   return 0
 
 

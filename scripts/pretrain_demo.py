@@ -94,9 +94,9 @@ def format_accuracies(label, results):
       label, mean(tests), mean([r[1] for r in results]), len(tests), per_seed)
 
 
-def pretraining_lines(pretrain_dir):
+def pretraining_lines(pretrain_dir, label="pretraining:"):
   """What the pretraining reached: its eval on the records, steps, throughput."""
-  lines = ["pretraining:   %s" % pretrain_dir]
+  lines = ["%-14s %s" % (label, pretrain_dir)]
   eval_path = os.path.join(pretrain_dir, "eval_results.txt")
   if os.path.isfile(eval_path):
     ev = summarize_run.read_eval_results(eval_path)
@@ -138,33 +138,42 @@ def parse_curve(specs):
   return sorted(points)
 
 
-def curve_lines(points, scratch, pretrained, last_step, metrics):
+def curve_lines(points, scratch, pretrained, last_step, metrics, phase2_metrics=None):
   """The curve: mean test accuracy against pretraining steps and minutes.
 
   `points` are [(step, fine-tuning results)] of the intermediate checkpoints;
-  random weights are step 0 and `pretrained` is `last_step`. Minutes are the
-  pretraining's measured seconds per step (of its last run, if resumed) times
-  the step, so they are marked as estimates.
+  random weights are step 0 and `pretrained` is `last_step`, plus phase 2 when
+  `phase2_metrics` is given. Minutes are the pretraining's measured seconds per
+  step (of its last run, if resumed) times the step, so they are marked as
+  estimates; phase 2 adds its measured training time.
   """
   per_step = (metrics["total_train_time_s"] / metrics["steps_run"]
               if metrics and metrics["steps_run"] else None)
-  rows = [(0, scratch)] + points + [(last_step, pretrained)]
+  rows = [(0, scratch, "  random weights", 0.0)] + [
+      (step, results, "", 0.0) for step, results in points]
+  if phase2_metrics:
+    rows.append((last_step, pretrained, "  + phase 2: %d steps" %
+                 phase2_metrics["steps_run"], phase2_metrics["total_train_time_s"]))
+  else:
+    rows.append((last_step, pretrained, "", 0.0))
   lines = ["accuracy against pretraining (test, mean over seeds; minutes estimated "
            "from the pretraining's seconds per step):"]
-  for step, results in rows:
-    minutes = "%6.1f min" % (step * per_step / 60) if per_step else "     ? min"
+  for step, results, note, extra_s in rows:
+    minutes = ("%6.1f min" % ((step * per_step + extra_s) / 60) if per_step else
+               "     ? min")
     tests = [r[2] for r in results]
     lines.append("  step %7d  %s  test %.4f  (%d seed(s))%s" % (
-        step, minutes, mean(tests), len(tests), "  random weights" if not step else ""))
+        step, minutes, mean(tests), len(tests), note))
   return lines
 
 
 def summary_text(test_file, pretrain_dir, pretrained_dirs, scratch_dirs, baseline_file,
-                 times_file, curve=(), last_step=0):
+                 times_file, curve=(), last_step=0, phase2_dir=""):
   """Returns (text, numbers) of the summary.
 
-  `curve` is parse_curve's list; `last_step` the step of the checkpoint that
-  `pretrained_dirs` started from.
+  `curve` is parse_curve's list; `last_step` the last step of `pretrain_dir`;
+  `pretrained_dirs` started from its checkpoint or, if given, from the end of
+  the phase 2 in `phase2_dir`.
   """
   pretrained = fine_tuning_accuracies(pretrained_dirs, test_file)
   scratch = fine_tuning_accuracies(scratch_dirs, test_file)
@@ -183,9 +192,12 @@ def summary_text(test_file, pretrain_dir, pretrained_dirs, scratch_dirs, baselin
   lines.append("  pretraining gain:            %+.2f points over random weights" %
                (100 * gain))
   lines += pretraining_lines(pretrain_dir)
+  if phase2_dir:
+    lines += pretraining_lines(phase2_dir, "phase 2:")
   if points:
     lines += curve_lines(points, scratch, pretrained, last_step,
-                         read_train_metrics(pretrain_dir))
+                         read_train_metrics(pretrain_dir),
+                         read_train_metrics(phase2_dir) if phase2_dir else None)
   lines.append("stage times (this run):")
   rows = read_times(times_file)
   for stage, status, secs, note in rows:
@@ -222,6 +234,8 @@ def main(argv=None):
   summary.add_argument("--output_file", required=True)
   summary.add_argument("--pretrain_steps", type=int, default=0,
                        help="the step of the checkpoint --pretrained_dirs started from")
+  summary.add_argument("--phase2_dir", default="",
+                       help="phase 2's folder, if --pretrained_dirs started from it")
   summary.add_argument("--curve", action="append", default=[],
                        help="STEP=FOLDER[,FOLDER...]: fine-tunings from the checkpoint "
                        "of that pretraining step (repeatable)")
@@ -235,7 +249,7 @@ def main(argv=None):
                                  args.pretrained_dirs.split(","),
                                  args.scratch_dirs.split(","), args.baseline_file,
                                  args.times_file, parse_curve(args.curve),
-                                 args.pretrain_steps)
+                                 args.pretrain_steps, args.phase2_dir)
   except (OSError, ValueError, KeyError) as e:  # SummaryError is a ValueError.
     sys.stderr.write("%s: error: %s\n" % (PROG, e))
     return 2

@@ -4,7 +4,7 @@
 # sentiment task, and print one summary beside the same model fine-tuned from
 # random weights and the character n-gram baseline.
 #
-#   bash scripts/run_pretrain_demo.sh -- --use_amp       # ~46 min pretraining + fine-tuning
+#   bash scripts/run_pretrain_demo.sh -- --use_amp       # ~61 min pretraining + fine-tuning
 #   bash scripts/run_pretrain_demo.sh --seeds 1,2,3      # fine-tune 3 seeds, report the mean
 #   bash scripts/run_pretrain_demo.sh --force_pretrain   # rebuild the cached checkpoint
 #   bash scripts/run_pretrain_demo.sh --curve_steps 3000,6000 -- --use_amp
@@ -14,7 +14,9 @@
 # Stages: (1) review split (data/prepare_sentiment.py), (2) corpus, vocab and
 # bert_config.json (data/prepare_pretraining_corpus.py), (3) pretraining records
 # (create_pretraining_data.py), (4) pretraining (run_pretraining.py under
-# horovodrun), (5) fine-tuning from that checkpoint and (6) from random weights
+# horovodrun), (4b) phase 2: records of the training reviews alone at the
+# fine-tuning length, and more pretraining on them from (4)'s checkpoint (the
+# in-domain phase; --phase2_steps 0 skips it), (5) fine-tuning from that checkpoint and (6) from random weights
 # (run_classifier.py under horovodrun, both with the corpus vocab and config),
 # (7) the n-gram baseline (data/baseline_ngram.py), (8) the summary, also written
 # to OUTPUT_DIR/pretrain_summary.txt.
@@ -36,7 +38,8 @@
 #   --force_pretrain          delete the cached checkpoint of these settings and
 #                             pretrain again
 #   Pretraining (the defaults: 12000 steps of 2 x 32 sequences of 64, 46 minutes
-#   on a 2-core Xeon with -- --use_amp, ~280 sequences/sec; see docs/pretraining.md):
+#   on a 2-core Xeon with -- --use_amp, ~280 sequences/sec, then phase 2, 15
+#   minutes; see docs/pretraining.md):
 #   --pretrain_steps K        global steps (default 12000)
 #   --pretrain_batch B        sequences per process and step (default 32)
 #   --pretrain_lr R           peak learning rate of one process, scaled by N (default 5e-3)
@@ -46,13 +49,18 @@
 #   --max_predictions_per_seq P  masked positions per sequence (default: 15% of L + 1)
 #   --dupe_factor D           masked copies of the corpus (default 5)
 #   --whole_word_mask 0|1     1 masks whole space-separated words (default 0: characters)
+#   --phase2_steps K          steps of phase 2 (default 2000, 15 min; 0: none). It
+#                             trains on the training reviews alone, at sequence
+#                             --max_seq_length, twice --dupe_factor, half the
+#                             learning rate, K/20 warmup steps, same batch
 #   --pretrain_save_steps K   keep a checkpoint every K steps (default 1000)
 #   --max_documents K         pretrain on the first K corpus documents only (smoke tests)
 #   Fine-tuning (both models, as scripts/run_demo.sh):
 #   --seeds S[,S...]          fine-tuning seeds (default 1); the summary gives the mean
 #   --curve_steps K[,K...]    also fine-tune the checkpoints of these pretraining steps
 #                             (multiples of --pretrain_save_steps below
-#                             --pretrain_steps); the summary adds the curve of test
+#                             --pretrain_steps, or equal to it with phase 2:
+#                             phase 1's end); the summary adds the curve of test
 #                             accuracy against pretraining steps and minutes
 #   --epochs E                default 3
 #   --batch B                 per-process batch (default 32)
@@ -82,7 +90,7 @@ PRETRAIN_LR="${PRETRAIN_LR:-5e-3}"; PRETRAIN_WARMUP="${PRETRAIN_WARMUP:-}"
 OPTIMIZER="${OPTIMIZER:-lamb}"; PRETRAIN_SEQ_LENGTH="${PRETRAIN_SEQ_LENGTH:-64}"
 MAX_PREDICTIONS_PER_SEQ="${MAX_PREDICTIONS_PER_SEQ:-}"; DUPE_FACTOR="${DUPE_FACTOR:-5}"
 WHOLE_WORD_MASK="${WHOLE_WORD_MASK:-0}"; PRETRAIN_SAVE_STEPS="${PRETRAIN_SAVE_STEPS:-1000}"
-CURVE_STEPS="${CURVE_STEPS:-}"
+CURVE_STEPS="${CURVE_STEPS:-}"; PHASE2_STEPS="${PHASE2_STEPS:-2000}"
 MAX_DOCUMENTS="${MAX_DOCUMENTS:-0}"; SEEDS="${SEEDS:-1}"; EPOCHS="${EPOCHS:-3}"
 BATCH="${BATCH:-32}"; LR="${LR:-2e-4}"; MAX_SEQ_LENGTH="${MAX_SEQ_LENGTH:-128}"
 MAX_EXAMPLES="${MAX_EXAMPLES:-0}"; MAX_TRAIN_STEPS="${MAX_TRAIN_STEPS:-0}"
@@ -95,7 +103,8 @@ NUM_SHARDS=8
 # sets PRETRAIN_STEPS.
 VALUE_OPTIONS="python=PY optimizer np controller output_dir pretrain_steps
   pretrain_batch pretrain_lr pretrain_warmup pretrain_seq_length
-  max_predictions_per_seq dupe_factor whole_word_mask pretrain_save_steps max_documents
+  max_predictions_per_seq dupe_factor whole_word_mask pretrain_save_steps phase2_steps
+  max_documents
   seeds curve_steps epochs batch lr max_seq_length max_examples max_train_steps"
 SWITCH_OPTIONS="gpu skip_setup force_pretrain"
 DASHES_FOR=run_pretraining.py
@@ -109,7 +118,7 @@ for opt in np pretrain_steps pretrain_batch pretrain_seq_length pretrain_save_st
     dupe_factor epochs batch max_seq_length; do
   var="${opt^^}"; positive "--$opt" "${!var}"
 done
-for opt in max_documents max_examples max_train_steps; do
+for opt in phase2_steps max_documents max_examples max_train_steps; do
   var="${opt^^}"; [[ "${!var}" =~ ^[0-9]+$ ]] || die "--$opt must be a whole number, got '${!var}'"
 done
 PRETRAIN_WARMUP="${PRETRAIN_WARMUP:-$(( PRETRAIN_STEPS / 40 ))}"
@@ -117,11 +126,12 @@ PRETRAIN_WARMUP="${PRETRAIN_WARMUP:-$(( PRETRAIN_STEPS / 40 ))}"
 MAX_PREDICTIONS_PER_SEQ="${MAX_PREDICTIONS_PER_SEQ:-$(( PRETRAIN_SEQ_LENGTH * 15 / 100 + 1 ))}"
 positive --max_predictions_per_seq "$MAX_PREDICTIONS_PER_SEQ"
 [[ "$SEEDS" =~ ^[0-9]+(,[0-9]+)*$ ]] || die "--seeds must be whole numbers separated by commas, got '$SEEDS'"
+CURVE_LIMIT=$(( PHASE2_STEPS > 0 ? PRETRAIN_STEPS + 1 : PRETRAIN_STEPS ))
 for step in ${CURVE_STEPS//,/ }; do
   [[ "$step" =~ ^[1-9][0-9]*$ ]] && (( step % PRETRAIN_SAVE_STEPS == 0 )) && \
-    (( step < PRETRAIN_STEPS )) || die "--curve_steps must be multiples of" \
-    "--pretrain_save_steps ($PRETRAIN_SAVE_STEPS) below --pretrain_steps ($PRETRAIN_STEPS)," \
-    "got '$CURVE_STEPS'"
+    (( step < CURVE_LIMIT )) || die "--curve_steps must be multiples of" \
+    "--pretrain_save_steps ($PRETRAIN_SAVE_STEPS) below --pretrain_steps ($PRETRAIN_STEPS)" \
+    "(or equal to it with phase 2), got '$CURVE_STEPS'"
 done
 case "$WHOLE_WORD_MASK" in 0|1) ;; *) die "--whole_word_mask must be 0 or 1, got '$WHOLE_WORD_MASK'" ;; esac
 case "$OPTIMIZER" in lamb|adamw) ;; *) die "--optimizer must be lamb or adamw, got '$OPTIMIZER'" ;; esac
@@ -177,7 +187,8 @@ timed data "$PY" "$ROOT/data/prepare_sentiment.py" --output_dir "$DATA_DIR" \
 # (2) The corpus, its vocab (for pretraining AND fine-tuning) and the model config.
 timed corpus "$PY" "$ROOT/data/prepare_pretraining_corpus.py" \
   --sentiment_dir "$DATA_DIR" --max_examples "$MAX_EXAMPLES" \
-  --output_file "$CORPUS_DIR/corpus.txt" --vocab_file "$CORPUS_DIR/vocab.txt" \
+  --output_file "$CORPUS_DIR/corpus.txt" --reviews_file "$CORPUS_DIR/reviews.txt" \
+  --vocab_file "$CORPUS_DIR/vocab.txt" \
   --bert_config_file "$CORPUS_DIR/bert_config.json"
 VOCAB="$CORPUS_DIR/vocab.txt"; CONFIG="$CORPUS_DIR/bert_config.json"
 "$PY" "$ROOT/scripts/pretrain_demo.py" config --bert_config_file "$CONFIG" \
@@ -191,22 +202,25 @@ if [ "$MAX_DOCUMENTS" -gt 0 ]; then
 fi
 
 # (3) Masked-LM / next-sentence records, cached by corpus, vocab and settings.
-RECORD_KEY="$(key "$CORPUS" "$VOCAB" "seq=$PRETRAIN_SEQ_LENGTH" \
-  "predictions=$MAX_PREDICTIONS_PER_SEQ" "dupe=$DUPE_FACTOR" "shards=$NUM_SHARDS" \
-  "whole_word_mask=$WHOLE_WORD_MASK")"
-RECORD_DIR="$CORPUS_DIR/records-$RECORD_KEY"
-RECORDS="$RECORD_DIR/seq$PRETRAIN_SEQ_LENGTH.tfrecord"
-if [ -f "$RECORD_DIR/done" ]; then
-  stage records cached 0 "$RECORD_DIR"
-else
-  rm -rf "$RECORD_DIR"
-  timed records "$PY" "$ROOT/create_pretraining_data.py" --input_file="$CORPUS" \
+# `make_records STAGE CORPUS SEQ PREDICTIONS DUPE` sets RECORD_KEY and RECORDS.
+make_records() {
+  local name="$1" corpus="$2" seq="$3" predictions="$4" dupe="$5" dir
+  RECORD_KEY="$(key "$corpus" "$VOCAB" "seq=$seq" "predictions=$predictions" \
+    "dupe=$dupe" "shards=$NUM_SHARDS" "whole_word_mask=$WHOLE_WORD_MASK")"
+  dir="$CORPUS_DIR/records-$RECORD_KEY"
+  RECORDS="$dir/seq$seq.tfrecord"
+  if [ -f "$dir/done" ]; then
+    stage "$name" cached 0 "$dir"
+    return
+  fi
+  rm -rf "$dir"
+  timed "$name" "$PY" "$ROOT/create_pretraining_data.py" --input_file="$corpus" \
     --output_file="$RECORDS" --num_output_shards="$NUM_SHARDS" --num_workers="$(nproc)" \
     --vocab_file="$VOCAB" --do_whole_word_mask="$([ "$WHOLE_WORD_MASK" = 1 ] && echo true || echo false)" \
-    --max_seq_length="$PRETRAIN_SEQ_LENGTH" \
-    --max_predictions_per_seq="$MAX_PREDICTIONS_PER_SEQ" --dupe_factor="$DUPE_FACTOR"
-  touch "$RECORD_DIR/done"
-fi
+    --max_seq_length="$seq" --max_predictions_per_seq="$predictions" --dupe_factor="$dupe"
+  touch "$dir/done"
+}
+make_records records "$CORPUS" "$PRETRAIN_SEQ_LENGTH" "$MAX_PREDICTIONS_PER_SEQ" "$DUPE_FACTOR"
 
 # (4) Pretraining, cached by records, config and settings; resumes if interrupted.
 PRETRAIN_SETTINGS=("records=$RECORD_KEY" "$CONFIG" "processes=$NP" "steps=$PRETRAIN_STEPS"
@@ -217,26 +231,56 @@ PRETRAIN_DIR="$OUTPUT_DIR/pretrain-$PRETRAIN_KEY"
 CHECKPOINT="$PRETRAIN_DIR/model.ckpt-$PRETRAIN_STEPS"
 if [ "$FORCE_PRETRAIN" = 1 ]; then
   # The fine-tunings of the old checkpoint go with it, whatever their seed.
-  rm -rf "$PRETRAIN_DIR" "$OUTPUT_DIR/finetune-pretrained-$PRETRAIN_KEY-"*
+  rm -rf "$PRETRAIN_DIR" "$PRETRAIN_DIR-phase2-"* "$OUTPUT_DIR/finetune-pretrained-$PRETRAIN_KEY-"*
 fi
-if [ -f "$PRETRAIN_DIR/done" ]; then
-  stage pretrain cached 0 "$PRETRAIN_DIR (built in $(cat "$PRETRAIN_DIR/done") s)"
-else
-  mkdir -p "$PRETRAIN_DIR"
+# `pretrain STAGE DIR SETTINGS_FILE_LINES... -- RUN_PRETRAINING_FLAGS...`: one
+# cached pretraining run into DIR, ending with DIR/model.ckpt-(--num_train_steps).
+pretrain() {
+  local name="$1" dir="$2" settings=() steps
+  shift 2
+  while [ "$1" != -- ]; do settings+=("$1"); shift; done
+  shift
+  if [ -f "$dir/done" ]; then
+    stage "$name" cached 0 "$dir (built in $(cat "$dir/done") s)"
+    return
+  fi
+  mkdir -p "$dir"
   # The checkpoint folder holds its config, vocab and settings, as Google's releases do.
-  cp "$CONFIG" "$VOCAB" "$PRETRAIN_DIR/"
-  printf '%s\n' "${PRETRAIN_SETTINGS[@]}" > "$PRETRAIN_DIR/settings.txt"
-  timed pretrain "${LAUNCH[@]}" --script "$ROOT/run_pretraining.py" -- \
-    --input_file="$RECORDS-*" --bert_config_file="$CONFIG" --output_dir="$PRETRAIN_DIR" \
-    --do_train --do_eval --max_seq_length="$PRETRAIN_SEQ_LENGTH" \
-    --max_predictions_per_seq="$MAX_PREDICTIONS_PER_SEQ" \
-    --train_batch_size="$PRETRAIN_BATCH" --num_train_steps="$PRETRAIN_STEPS" \
-    --num_warmup_steps="$PRETRAIN_WARMUP" --learning_rate="$PRETRAIN_LR" \
-    --optimizer="$OPTIMIZER" --save_checkpoints_steps="$PRETRAIN_SAVE_STEPS" --keep_checkpoint_max=0 \
-    --log_every_secs=60 \
-    ${PRETRAIN_EXTRA[@]+"${PRETRAIN_EXTRA[@]}"}
-  [ -f "$CHECKPOINT.index" ] || die "pretraining ended without $CHECKPOINT"
-  tail -n 1 "$TIMES" | cut -f3 > "$PRETRAIN_DIR/done"
+  cp "$CONFIG" "$VOCAB" "$dir/"
+  printf '%s\n' "${settings[@]}" > "$dir/settings.txt"
+  timed "$name" "${LAUNCH[@]}" --script "$ROOT/run_pretraining.py" -- \
+    --bert_config_file="$CONFIG" --output_dir="$dir" --do_train --do_eval \
+    --train_batch_size="$PRETRAIN_BATCH" --optimizer="$OPTIMIZER" \
+    --save_checkpoints_steps="$PRETRAIN_SAVE_STEPS" --keep_checkpoint_max=0 \
+    --log_every_secs=60 "$@" ${PRETRAIN_EXTRA[@]+"${PRETRAIN_EXTRA[@]}"}
+  steps="$(printf '%s\n' "$@" | sed -n 's/^--num_train_steps=//p')"
+  [ -f "$dir/model.ckpt-$steps.index" ] || die "pretraining ended without $dir/model.ckpt-$steps"
+  tail -n 1 "$TIMES" | cut -f3 > "$dir/done"
+}
+pretrain pretrain "$PRETRAIN_DIR" "${PRETRAIN_SETTINGS[@]}" -- \
+  --input_file="$RECORDS-*" --max_seq_length="$PRETRAIN_SEQ_LENGTH" \
+  --max_predictions_per_seq="$MAX_PREDICTIONS_PER_SEQ" --num_train_steps="$PRETRAIN_STEPS" \
+  --num_warmup_steps="$PRETRAIN_WARMUP" --learning_rate="$PRETRAIN_LR"
+FINAL_KEY="$PRETRAIN_KEY"; FINAL_CHECKPOINT="$CHECKPOINT"; PHASE2_DIR=""
+
+# (4b) Phase 2: the training reviews alone at the fine-tuning length, from (4)'s
+# checkpoint; cached by its records, (4)'s key and its settings.
+if [ "$PHASE2_STEPS" -gt 0 ]; then
+  PHASE2_PREDICTIONS=$(( MAX_SEQ_LENGTH * 15 / 100 + 1 ))
+  make_records records-phase2 "$CORPUS_DIR/reviews.txt" "$MAX_SEQ_LENGTH" \
+    "$PHASE2_PREDICTIONS" "$(( DUPE_FACTOR * 2 ))"
+  PHASE2_LR="$(awk -v r="$PRETRAIN_LR" 'BEGIN { printf "%g", r / 2 }')"
+  PHASE2_SETTINGS=("records=$RECORD_KEY" "from=$PRETRAIN_KEY" "steps=$PHASE2_STEPS"
+    "lr=$PHASE2_LR")
+  PHASE2_KEY="$(key "${PHASE2_SETTINGS[@]}")"
+  PHASE2_DIR="$PRETRAIN_DIR-phase2-$PHASE2_KEY"
+  pretrain pretrain-phase2 "$PHASE2_DIR" "${PHASE2_SETTINGS[@]}" -- \
+    --input_file="$RECORDS-*" --init_checkpoint="$CHECKPOINT" \
+    --max_seq_length="$MAX_SEQ_LENGTH" --max_predictions_per_seq="$PHASE2_PREDICTIONS" \
+    --num_train_steps="$PHASE2_STEPS" --num_warmup_steps="$(( PHASE2_STEPS / 20 ))" \
+    --learning_rate="$PHASE2_LR"
+  FINAL_KEY="$PRETRAIN_KEY-phase2-$PHASE2_KEY"
+  FINAL_CHECKPOINT="$PHASE2_DIR/model.ckpt-$PHASE2_STEPS"
 fi
 
 # (5, 6) Fine-tuning from the checkpoint and from random weights, per seed; a
@@ -260,8 +304,8 @@ finetune() {
 }
 PRETRAINED_DIRS=(); SCRATCH_DIRS=()
 for seed in ${SEEDS//,/ }; do
-  dir="$OUTPUT_DIR/finetune-pretrained-$PRETRAIN_KEY-$FINETUNE_KEY-seed$seed"
-  finetune "finetune-pretrained-seed$seed" "$dir" --init_checkpoint="$CHECKPOINT"
+  dir="$OUTPUT_DIR/finetune-pretrained-$FINAL_KEY-$FINETUNE_KEY-seed$seed"
+  finetune "finetune-pretrained-seed$seed" "$dir" --init_checkpoint="$FINAL_CHECKPOINT"
   PRETRAINED_DIRS+=("$dir")
   dir="$OUTPUT_DIR/finetune-scratch-$FINETUNE_KEY-seed$seed"
   finetune "finetune-scratch-seed$seed" "$dir"
@@ -304,4 +348,5 @@ IFS=,
   --pretrain_dir "$PRETRAIN_DIR" --pretrained_dirs "${PRETRAINED_DIRS[*]}" \
   --scratch_dirs "${SCRATCH_DIRS[*]}" --baseline_file "$BASELINE" --times_file "$TIMES" \
   --output_file "$OUTPUT_DIR/pretrain_summary.txt" --pretrain_steps "$PRETRAIN_STEPS" \
+  --phase2_dir "$PHASE2_DIR" \
   ${CURVE_ARGS[@]+"${CURVE_ARGS[@]}"}

@@ -15,11 +15,13 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import pretrain_demo  # pylint: disable=wrong-import-position
 
 SCRIPT = os.path.join(ROOT, "scripts", "run_pretrain_demo.sh")
-# A 1-layer, hidden-32 model; 60 corpus documents, 400 reviews, a few steps.
+# A 1-layer, hidden-32 model; 60 corpus documents, 400 reviews, a few steps
+# (4 of phase 1, 2 of phase 2).
 TINY_MODEL = {"HIDDEN": "32", "LAYERS": "1", "HEADS": "2", "FFN": "64"}
 TINY_FLAGS = ["--skip_setup", "--np", "2", "--controller", "gloo", "--max_examples", "400",
               "--max_documents", "60", "--dupe_factor", "1", "--pretrain_seq_length", "32",
-              "--pretrain_steps", "4", "--pretrain_batch", "8", "--max_seq_length", "32",
+              "--pretrain_steps", "4", "--phase2_steps", "2", "--pretrain_batch", "8",
+              "--max_seq_length", "32",
               "--batch", "8", "--max_train_steps", "4"]
 
 
@@ -37,9 +39,10 @@ def stage_status(output_dir):
 
 
 def only_dir(output_dir, prefix, part=""):
-  """The one folder of `output_dir` named `prefix`... that has `part` (none if empty)."""
+  """The one folder of `output_dir` named `prefix`... with `part` in its name
+  (with no part: the one without -step or -phase2- in its name)."""
   found = [d for d in os.listdir(output_dir) if d.startswith(prefix) and
-           (part in d if part else "-step" not in d)]
+           (part in d if part else "-step" not in d and "-phase2-" not in d)]
   assert len(found) == 1, found
   return os.path.join(output_dir, found[0])
 
@@ -55,13 +58,14 @@ def test_pretrain_demo_runs_every_stage_then_reuses_the_checkpoint(tmp_path):
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   assert stage_status(out) == {
       "data": "ran", "corpus": "ran", "records": "ran", "pretrain": "ran",
+      "records-phase2": "ran", "pretrain-phase2": "ran",
       "finetune-pretrained-seed1": "ran", "finetune-scratch-seed1": "ran",
       "finetune-step2-seed1": "ran", "baseline": "ran"}
   summary = proc.stdout.split("== bert-horovod pretraining demo ==")[1]
   for line in ("from the pretrained model", "from random weights",
                "char 1-3-gram baseline       test", "masked_lm_accuracy",
-               "accuracy against pretraining", "step       0", "step       2",
-               "step       4"):
+               "phase 2:", "accuracy against pretraining", "step       0",
+               "step       2", "step       4", "+ phase 2: 2 steps"):
     assert line in summary, summary
   numbers = json.load(open(os.path.join(out, "pretrain_summary.json")))
   for key in ("pretrained_test_accuracy", "scratch_test_accuracy"):
@@ -73,9 +77,21 @@ def test_pretrain_demo_runs_every_stage_then_reuses_the_checkpoint(tmp_path):
   metrics = json.load(open(os.path.join(pretrain_dir, "train_metrics.json")))
   assert metrics["processes"] == 2 and metrics["steps_run"] == 4
   checkpoint = os.path.join(pretrain_dir, "model.ckpt-4")
-  # The fine-tuning from the checkpoint starts from its weights; the other does not.
-  start = word_embeddings(os.path.join(only_dir(out, "finetune-pretrained-"), "model.ckpt-0"))
-  np.testing.assert_array_equal(start, word_embeddings(checkpoint))
+  # Phase 2 starts from that checkpoint, on sequences of the fine-tuning length.
+  phase2_dir = only_dir(out, "pretrain-", "-phase2-")
+  assert phase2_dir.startswith(pretrain_dir + "-phase2-")
+  np.testing.assert_array_equal(word_embeddings(os.path.join(phase2_dir, "model.ckpt-0")),
+                                word_embeddings(checkpoint))
+  with open(os.path.join(phase2_dir, "train_metrics.json")) as f:
+    assert json.load(f)["steps_run"] == 2
+  with open(os.path.join(phase2_dir, "settings.txt")) as f:
+    assert "steps=2\n" in f.read()
+  # The fine-tuning from the end of phase 2 starts from its weights; the other does not.
+  start = word_embeddings(os.path.join(only_dir(out, "finetune-pretrained-", "-phase2-"),
+                                       "model.ckpt-0"))
+  np.testing.assert_array_equal(start, word_embeddings(os.path.join(phase2_dir,
+                                                                    "model.ckpt-2")))
+  assert not np.array_equal(start, word_embeddings(checkpoint))
   scratch = word_embeddings(os.path.join(only_dir(out, "finetune-scratch-"), "model.ckpt-0"))
   assert not np.array_equal(scratch, start)
   # The curve's fine-tuning starts from the step-2 checkpoint, which differs from step 4.
@@ -89,31 +105,54 @@ def test_pretrain_demo_runs_every_stage_then_reuses_the_checkpoint(tmp_path):
   with open(os.path.join(out, "data", "pretrain", "vocab.txt")) as f:
     assert start.shape == (sum(1 for _ in f), 32)
 
-  # A re-run with another seed only fine-tunes: the checkpoint is reused as it is.
+  # A re-run with another seed only fine-tunes: the checkpoints are reused as they are.
   mtime = os.path.getmtime(checkpoint + ".index")
   proc = run_demo(out, "--seeds", "2")
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   status = stage_status(out)
-  assert status["records"] == status["pretrain"] == status["baseline"] == "cached"
+  assert (status["records"] == status["pretrain"] == status["records-phase2"] ==
+          status["pretrain-phase2"] == status["baseline"] == "cached")
   assert status["finetune-pretrained-seed2"] == status["finetune-scratch-seed2"] == "ran"
   assert "run_pretraining.py" not in proc.stdout
   assert os.path.getmtime(checkpoint + ".index") == mtime
   assert only_dir(out, "pretrain-") == pretrain_dir
+
+  # Without phase 2 the pretrained fine-tuning starts from phase 1's checkpoint.
+  proc = run_demo(out, "--seeds", "2", "--phase2_steps", "0")
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  status = stage_status(out)
+  assert "pretrain-phase2" not in status and status["pretrain"] == "cached"
+  assert status["finetune-pretrained-seed2"] == "ran"
+  assert status["finetune-scratch-seed2"] == "cached"
+  phase1_start = [d for d in os.listdir(out) if d.startswith("finetune-pretrained-") and
+                  "-phase2-" not in d and "-step" not in d]
+  assert len(phase1_start) == 1, phase1_start
+  np.testing.assert_array_equal(
+      word_embeddings(os.path.join(out, phase1_start[0], "model.ckpt-0")),
+      word_embeddings(checkpoint))
 
 
 @pytest.mark.parametrize("option,value,message", [
     ("--optimizer", "sgd", "--optimizer must be lamb or adamw, got 'sgd'"),
     ("--whole_word_mask", "yes", "--whole_word_mask must be 0 or 1, got 'yes'"),
     ("--curve_steps", "1500", "--curve_steps must be multiples of --pretrain_save_steps "
-     "(1000) below --pretrain_steps (12000), got '1500'"),
-    ("--curve_steps", "12000", "--curve_steps must be multiples of --pretrain_save_steps "
-     "(1000) below --pretrain_steps (12000), got '12000'")])
+     "(1000) below --pretrain_steps (12000) (or equal to it with phase 2), got '1500'"),
+    ("--curve_steps", "13000", "--curve_steps must be multiples of --pretrain_save_steps "
+     "(1000) below --pretrain_steps (12000) (or equal to it with phase 2), got '13000'")])
 def test_pretrain_demo_rejects_a_bad_option(tmp_path, option, value, message):
   proc = subprocess.run(["bash", SCRIPT, "--skip_setup", "--output_dir", str(tmp_path),
                          option, value], cwd=ROOT, capture_output=True, text=True,
                         timeout=60)
   assert proc.returncode == 2
   assert "run_pretrain_demo.sh: error: " + message in proc.stderr
+
+
+def test_pretrain_demo_curve_needs_phase2_for_the_last_step(tmp_path):
+  proc = subprocess.run(["bash", SCRIPT, "--skip_setup", "--output_dir", str(tmp_path),
+                         "--phase2_steps", "0", "--curve_steps", "12000"], cwd=ROOT,
+                        capture_output=True, text=True, timeout=60)
+  assert proc.returncode == 2
+  assert "got '12000'" in proc.stderr
 
 
 def write_finetuning(folder, dev_accuracy, test_labels, predicted):
@@ -129,11 +168,26 @@ def write_finetuning(folder, dev_accuracy, test_labels, predicted):
   return folder
 
 
-def test_summary_means_over_seeds_and_notes_a_skipped_baseline(tmp_path):
+def write_test_file(tmp_path, labels):
   test_file = str(tmp_path / "test.tsv")
-  labels = ["1", "0", "1", "0"]
   with open(test_file, "w") as f:
     f.writelines("%s\ttext %d\n" % (y, i) for i, y in enumerate(labels))
+  return test_file
+
+
+def write_train_metrics(folder, steps_run, seconds):
+  """The train_metrics.json of a run_pretraining.py run of `steps_run` steps."""
+  os.makedirs(folder)
+  with open(os.path.join(folder, "train_metrics.json"), "w") as f:
+    json.dump({"steps_run": steps_run, "total_train_time_s": seconds, "steps_timed": 1,
+               "examples_per_sec_global": 1.0, "examples_per_sec_per_process": 0.5,
+               "processes": 2, "global_batch": 4}, f)
+  return folder
+
+
+def test_summary_means_over_seeds_and_notes_a_skipped_baseline(tmp_path):
+  labels = ["1", "0", "1", "0"]
+  test_file = write_test_file(tmp_path, labels)
   pretrained = [write_finetuning(str(tmp_path / "p1"), 0.9, labels, "1010"),
                 write_finetuning(str(tmp_path / "p2"), 0.8, labels, "1011")]
   scratch = [write_finetuning(str(tmp_path / "s1"), 0.6, labels, "1111"),
@@ -155,16 +209,9 @@ def test_summary_means_over_seeds_and_notes_a_skipped_baseline(tmp_path):
 
 
 def test_summary_curve_goes_from_random_weights_to_the_last_checkpoint(tmp_path):
-  test_file = str(tmp_path / "test.tsv")
   labels = ["1", "0", "1", "0"]
-  with open(test_file, "w") as f:
-    f.writelines("%s\ttext %d\n" % (y, i) for i, y in enumerate(labels))
-  pretrain_dir = str(tmp_path / "pretrain")
-  os.makedirs(pretrain_dir)
-  with open(os.path.join(pretrain_dir, "train_metrics.json"), "w") as f:
-    json.dump({"steps_run": 100, "total_train_time_s": 600.0, "steps_timed": 95,
-               "examples_per_sec_global": 1.0, "examples_per_sec_per_process": 0.5,
-               "processes": 2, "global_batch": 4}, f)
+  test_file = write_test_file(tmp_path, labels)
+  pretrain_dir = write_train_metrics(str(tmp_path / "pretrain"), 100, 600.0)
   last = [write_finetuning(str(tmp_path / "p1"), 0.9, labels, "1010")]
   scratch = [write_finetuning(str(tmp_path / "s1"), 0.6, labels, "1111")]
   middle = write_finetuning(str(tmp_path / "m1"), 0.7, labels, "1011")
@@ -179,6 +226,14 @@ def test_summary_curve_goes_from_random_weights_to_the_last_checkpoint(tmp_path)
       ["step", "0", "0.0", "min", "test", "0.5000"],
       ["step", "50", "5.0", "min", "test", "0.7500"],
       ["step", "100", "10.0", "min", "test", "1.0000"]]
+  # With phase 2 the last row adds its steps and measured time.
+  phase2_dir = write_train_metrics(str(tmp_path / "phase2"), 20, 120.0)
+  text, _ = pretrain_demo.summary_text(test_file, pretrain_dir, last, scratch, "",
+                                       times, curve, 100, phase2_dir)
+  assert "phase 2:       " + phase2_dir in text
+  last_row = text.split("accuracy against pretraining")[1].splitlines()[3]
+  assert last_row.split()[:6] == ["step", "100", "12.0", "min", "test", "1.0000"]
+  assert last_row.endswith("+ phase 2: 20 steps")
   with pytest.raises(ValueError, match="expected STEP=FOLDER"):
     pretrain_demo.parse_curve(["fifty=" + middle])
 

@@ -105,9 +105,10 @@ def test_corpus_has_training_reviews_only(tmp_path, capsys):
   assert ps.main(["--source_dir", source, "--output_dir", str(sentiment)]) == 0
   out = tmp_path / "corpus.txt"
   vocab = tmp_path / "vocab.txt"
+  reviews = tmp_path / "reviews.txt"
   assert pc.main(["--source_dir", source, "--output_file", str(out),
                   "--sentiment_dir", str(sentiment),
-                  "--vocab_file", str(vocab),
+                  "--vocab_file", str(vocab), "--reviews_file", str(reviews),
                   "--bert_config_file", str(tmp_path / "bert_config.json")]) == 0
   assert "checked against" in capsys.readouterr().out
   docs = _documents(out)
@@ -127,6 +128,8 @@ def test_corpus_has_training_reviews_only(tmp_path, capsys):
     assert squeeze(text) not in joined
     assert all(squeeze(text) not in doc for doc in joined)
   assert len(docs) == 2 + len(splits["train"])
+  # The in-domain corpus is the corpus's review documents, news excluded.
+  assert _documents(reviews) == docs[2:]
   tokens = open(vocab, encoding="utf-8").read().split()
   assert "的" in tokens and "第" in tokens  # news and review characters
   config = json.loads((tmp_path / "bert_config.json").read_text(encoding="utf-8"))
