@@ -5,6 +5,7 @@
 #   bash scripts/run_demo.sh                      # 1 process per core (CPU)
 #   bash scripts/run_demo.sh --np 4 --gpu         # 4 GPUs on this host
 #   bash scripts/run_demo.sh --launcher mpirun --seed 2
+#   bash scripts/run_demo.sh -- --use_amp         # bfloat16 matmuls (CPUs with AMX/avx512_bf16)
 #
 # Options (each also as an environment variable, e.g. NP=2 EPOCHS=3):
 #   --np N               processes (default: CPU cores, or GPUs with --gpu)
@@ -28,6 +29,7 @@
 #                        .venv/bin/python, else python3)
 #   --skip_setup         do not run scripts/setup.sh
 #   --dry_run            print the commands (data, training, summary) and run nothing
+#   -- FLAGS...          more flags for run_classifier.py (e.g. --use_amp)
 #   -h, --help           this help
 #
 # Ctrl-C or `kill` (SIGTERM) of this script stops every rank within seconds;
@@ -50,6 +52,7 @@ HIDDEN="${HIDDEN:-256}"; LAYERS="${LAYERS:-2}"; HEADS="${HEADS:-4}"; FFN="${FFN:
 VALUE_OPTIONS="python=PY np launcher controller epochs seed batch lr max_seq_length
   output_dir data_dir max_examples max_train_steps"
 SWITCH_OPTIONS="gpu skip_setup dry_run"
+DASHES_FOR=run_classifier.py
 parse_options "$@"
 
 OUTPUT_DIR="${OUTPUT_DIR:-$ROOT/output/demo-seed$SEED}"
@@ -106,7 +109,7 @@ LAUNCH+=(-- --task_name=tsv --do_train --do_eval --do_predict
   --eval_batch_size=64 --predict_batch_size=64 --learning_rate="$LR"
   --num_train_epochs="$EPOCHS" --warmup_proportion=0.1 --seed="$SEED"
   --max_train_steps="$MAX_TRAIN_STEPS" --save_checkpoints_steps=500
-  --log_every_secs=30)
+  --log_every_secs=30 ${ARGS[@]+"${ARGS[@]}"})
 SUMMARIZE=("$PY" "$ROOT/scripts/summarize_run.py" --output_dir "$OUTPUT_DIR"
   --test_file "$DATA_DIR/test.tsv")
 [ "$GPU" = "1" ] || export CUDA_VISIBLE_DEVICES=""

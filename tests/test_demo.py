@@ -144,3 +144,14 @@ def test_demo_data_folder(args, data_dir):
   assert "--data_dir=" + data_dir in train
   assert "--vocab_file=%s/vocab.txt" % data_dir in train
   assert summarize[summarize.index("--test_file") + 1] == data_dir + "/test.tsv"
+
+
+@requires("horovodrun")
+def test_demo_passes_flags_after_dashes_to_the_trainer():
+  _, (_, train, _) = dry_run("--seed", "3", "--", "--use_amp", "--fp16_allreduce")
+  assert train[-2:] == ["--use_amp", "--fp16_allreduce"]
+  assert "--seed=3" in train
+  proc = subprocess.run(["bash", DEMO, "--dry_run", "--use_amp"], cwd=ROOT, env=demo_env(),
+                        capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 2
+  assert "unknown option '--use_amp' (flags of run_classifier.py go after --)" in proc.stderr
