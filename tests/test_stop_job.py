@@ -21,6 +21,20 @@ import pytest
 from conftest import JOB_TIMEOUT, ROOT, classifier_args, requires, write_task
 from test_reliability import checkpoint_steps
 
+CHECKPOINT_STATE = re.compile(r'^model_checkpoint_path: ".*model\.ckpt-(\d+)"', re.M)
+
+
+def recorded_step(out):
+  """The step of the checkpoint that out/checkpoint records (0 if none): the one a
+  re-run resumes from. A checkpoint's files appear before this record, so a
+  SIGKILL between the two leaves the previous step recorded."""
+  try:
+    with open(os.path.join(out, "checkpoint")) as f:
+      match = CHECKPOINT_STATE.search(f.read())
+  except FileNotFoundError:
+    return 0
+  return int(match.group(1)) if match else 0
+
 SCRIPTS = os.path.join(ROOT, "scripts")
 STOP_SECS = 20   # every rank gone this long after the signal (a few s when idle)
 # 101 examples, batch 1 x 2 processes, 30 epochs: int(101 * 30 / 2) = 1515 tiny steps.
@@ -75,11 +89,11 @@ def read(path):
 def stop_after_a_new_checkpoint(cmd, out, sig, log_path):
   """Starts `cmd`, waits for a checkpoint newer than the last, sends `sig` to the
   launcher; returns (resumed-from step or None, seconds until every rank ended)."""
-  before = max(checkpoint_steps(out) or [0])
+  before = recorded_step(out)
   proc, log = start(cmd, log_path)
   try:
     deadline = time.time() + JOB_TIMEOUT
-    while max(checkpoint_steps(out) or [0]) <= before:
+    while recorded_step(out) <= before:
       assert proc.poll() is None, read(log_path)[-3000:]
       assert time.time() < deadline, "no new checkpoint\n" + read(log_path)[-3000:]
       time.sleep(0.2)
@@ -125,7 +139,7 @@ def test_signals_end_every_rank_and_the_job_resumes(tmp_path, launcher, signals)
   cmd = launcher_command(launcher, task, out)
   report = []
   for n, sig in enumerate(getattr(signal, name) for name in signals):
-    saved = max(checkpoint_steps(out) or [0])
+    saved = recorded_step(out)
     resumed, secs = stop_after_a_new_checkpoint(cmd, out, sig, str(tmp_path / ("log%d" % n)))
     if n:  # the restart resumed from the checkpoint the stopped run left
       assert resumed == saved, (resumed, saved)
@@ -134,7 +148,7 @@ def test_signals_end_every_rank_and_the_job_resumes(tmp_path, launcher, signals)
         signal.Signals(sig).name, max(checkpoint_steps(out)), secs))
 
   # The same command once more resumes from the last checkpoint and finishes.
-  saved = max(checkpoint_steps(out))
+  saved = recorded_step(out)
   proc, log = start(cmd, str(tmp_path / "log_final"))
   try:
     proc.wait(timeout=JOB_TIMEOUT)
