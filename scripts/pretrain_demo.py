@@ -105,10 +105,8 @@ def pretraining_lines(pretrain_dir, label="pretraining:"):
                  (ev.get("global_step", 0), ev.get("masked_lm_accuracy", 0.0),
                   ev.get("masked_lm_loss", 0.0), ev.get("next_sentence_accuracy", 0.0),
                   ev.get("next_sentence_loss", 0.0)))
-  metrics_path = os.path.join(pretrain_dir, "train_metrics.json")
-  if os.path.isfile(metrics_path):
-    with open(metrics_path, encoding="utf-8") as f:
-      m = json.load(f)
+  m = read_train_metrics(pretrain_dir)
+  if m:
     speed = ("too few steps to time" if not m["steps_timed"] else
              "%.1f sequences/sec global, %.1f per process" %
              (m["examples_per_sec_global"], m["examples_per_sec_per_process"]))
