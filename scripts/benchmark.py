@@ -1,4 +1,4 @@
-"""Throughput benchmark: real run_classifier.py training on synthetic data.
+"""Throughput benchmark: real run_classifier.py (or run_pretraining.py) training on synthetic data.
 
   python scripts/benchmark.py                         # CPU: settings 1x1,1x2,2x1
   python scripts/benchmark.py --settings 1x1,2x1,1x2,2x2,4x1 --steps 40
@@ -6,6 +6,7 @@
   python scripts/benchmark.py --precision fp32,bf16  # + bf16 (--use_amp) runs
   python scripts/benchmark.py --gpu --settings 1,2,4 --precision fp16 \
       --extra_args=--use_xla
+  python scripts/benchmark.py --task pretrain --settings 1x1,2x1  # run_pretraining.py
 
 Every setting PxT (P processes x T intra-op threads; with --gpu just P, one GPU
 each) runs `horovodrun -np P --mpi|--gloo python run_classifier.py --do_train
@@ -16,6 +17,12 @@ axis: every setting runs in each precision (bf16 and, on GPUs, fp16 add
 vocab `[PAD] [UNK] [CLS] [SEP] [MASK] w0 w1 ...`, a bert_config.json from the
 flags, and train.tsv lines of random words that fill the whole sequence. Rates
 come from the train_metrics.json rank 0 writes (5 untimed warm-up steps).
+
+--task pretrain trains run_pretraining.py (masked LM + next sentence, AdamW
+unless --extra_args says otherwise) on one TFRecord file of random full-length
+sequences, each with --max_predictions_per_seq masked positions (default 15% of
+the sequence + 1: 20 at 128, Hugging Face's collator rate) and a random
+next-sentence label; rates are sequences/sec, FLOPs include the masked-LM head.
 
 --independent also runs every CPU setting PxT with P > 1 as P plain `python
 run_classifier.py` jobs at once (no Horovod): their summed rate bounds PxT.
@@ -54,6 +61,8 @@ from train_metrics import atomic_write_text  # pylint: disable=wrong-import-posi
 
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 WARMUP_STEPS = 5  # train_metrics.ThroughputHook's default; excluded from timing.
+TASK_SCRIPTS = {"classifier": "run_classifier.py", "pretrain": "run_pretraining.py"}
+PRETRAIN_RECORDS = "pretrain.tfrecord"
 
 
 # ----------------------------------------------------------------------------
@@ -63,8 +72,12 @@ WARMUP_STEPS = 5  # train_metrics.ThroughputHook's default; excluded from timing
 def parse_args(argv=None):
   """The benchmark's flags."""
   p = argparse.ArgumentParser(
-      description="Throughput/MFU benchmark of run_classifier.py on synthetic data.",
+      description="Throughput/MFU benchmark of run_classifier.py or run_pretraining.py "
+      "on synthetic data.",
       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+  p.add_argument("--task", choices=["classifier", "pretrain"], default="classifier",
+                 help="What trains: run_classifier.py, or run_pretraining.py on "
+                 "synthetic masked-LM records.")
   p.add_argument("--settings", default=None,
                  help="Comma-separated PxT (processes x threads per process); with "
                  "--gpu, process counts (one GPU each). Default 1x1,1x2,2x1; with "
@@ -88,6 +101,9 @@ def parse_args(argv=None):
                         ("num_attention_heads", 12), ("intermediate_size", 1536),
                         ("max_seq_length", 128)):
     p.add_argument("--" + name, type=int, default=default)
+  p.add_argument("--max_predictions_per_seq", type=int, default=0,
+                 help="--task pretrain: masked positions per sequence (0 = 15%% of "
+                 "--max_seq_length + 1).")
   p.add_argument("--vocab_size", type=int, default=30522,
                  help="Vocabulary rows (30522 = BERT-base's uncased vocab).")
   p.add_argument("--num_examples", type=int, default=0,
@@ -118,8 +134,9 @@ def parse_args(argv=None):
                  "with MPI and mpirun is on PATH, else gloo.")
   p.add_argument("--horovodrun", default=None,
                  help="horovodrun executable (default: on PATH or next to python).")
-  p.add_argument("--script", default=os.path.join(ROOT, "run_classifier.py"),
-                 help="The training script.")
+  p.add_argument("--script", default=None,
+                 help="The training script (default: the task's, run_classifier.py "
+                 "or run_pretraining.py).")
   p.add_argument("--timeout", type=float, default=1800,
                  help="Seconds before one training run is killed.")
   p.add_argument("--seed", type=int, default=12345, help="Seed of the synthetic data.")
@@ -128,6 +145,10 @@ def parse_args(argv=None):
     args.settings = default_gpu_settings() if args.gpu else "1x1,1x2,2x1"
   if args.matmul_n <= 0:
     args.matmul_n = 8192 if args.gpu else 2048
+  if args.script is None:
+    args.script = os.path.join(ROOT, TASK_SCRIPTS[args.task])
+  if args.max_predictions_per_seq <= 0:
+    args.max_predictions_per_seq = args.max_seq_length * 15 // 100 + 1
   return args
 
 
@@ -220,6 +241,9 @@ def validate_args(args):
     raise BenchmarkError("--vocab_size must be at least %d" % (len(SPECIAL_TOKENS) + 1))
   if args.max_seq_length < 3:
     raise BenchmarkError("--max_seq_length must be at least 3")
+  if args.task == "pretrain" and args.max_predictions_per_seq > args.max_seq_length - 3:
+    raise BenchmarkError("--max_predictions_per_seq must be below --max_seq_length - 2 "
+                         "(the positions of [CLS] and both [SEP] are never masked)")
   if not os.path.isfile(args.script):
     raise BenchmarkError("--script: %s not found" % args.script)
 
@@ -262,8 +286,38 @@ def write_train_tsv(path, num_examples, seq_length, vocab_size, seed):
       f.write("%d\t%s\n" % (rng.randint(0, 1), words))
 
 
+def write_pretraining_records(path, num_examples, args):
+  """A TFRecord file of `num_examples` random pretraining sequences (Google's features).
+
+  Each fills --max_seq_length: [CLS] A [SEP] B [SEP] with random words, the
+  segments split at a random point, --max_predictions_per_seq distinct masked
+  positions (never [CLS] or [SEP]) labelled with random words, and a random
+  next-sentence label.
+  """
+  import create_pretraining_data as cpd  # pylint: disable=import-outside-toplevel
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  rng = random.Random(args.seed)
+  s, p = args.max_seq_length, args.max_predictions_per_seq
+  first_word = len(SPECIAL_TOKENS)
+  cls_id, sep_id = SPECIAL_TOKENS.index("[CLS]"), SPECIAL_TOKENS.index("[SEP]")
+  with tf.io.TFRecordWriter(path) as writer:
+    for _ in range(num_examples):
+      a_len = rng.randint(1, s - 4)
+      words = [rng.randrange(first_word, args.vocab_size) for _ in range(s - 3)]
+      ids = [cls_id] + words[:a_len] + [sep_id] + words[a_len:] + [sep_id]
+      segments = [0] * (a_len + 2) + [1] * (s - a_len - 2)
+      candidates = [i for i, t in enumerate(ids) if t not in (cls_id, sep_id)]
+      positions = sorted(rng.sample(candidates, p))
+      labels = [rng.randrange(first_word, args.vocab_size) for _ in positions]
+      instance = cpd.Instance(ids, segments, positions, labels, rng.random() < 0.5)
+      writer.write(cpd.serialize_instance(instance, s, p))
+
+
 def write_task(task_dir, args, num_examples):
-  """Writes vocab.txt, bert_config.json and train.tsv; returns their paths."""
+  """Writes vocab.txt, bert_config.json and the task's data; returns their paths.
+
+  The data is train.tsv (classifier) or PRETRAIN_RECORDS (--task pretrain).
+  """
   os.makedirs(task_dir, exist_ok=True)
   paths = {"data_dir": task_dir,
            "vocab_file": os.path.join(task_dir, "vocab.txt"),
@@ -271,8 +325,12 @@ def write_task(task_dir, args, num_examples):
   write_vocab(paths["vocab_file"], args.vocab_size)
   with open(paths["bert_config_file"], "w") as f:
     json.dump(bert_config_dict(args), f, indent=2)
-  write_train_tsv(os.path.join(task_dir, "train.tsv"), num_examples,
-                  args.max_seq_length, args.vocab_size, args.seed)
+  if args.task == "pretrain":
+    write_pretraining_records(os.path.join(task_dir, PRETRAIN_RECORDS), num_examples,
+                              args)
+  else:
+    write_train_tsv(os.path.join(task_dir, "train.tsv"), num_examples,
+                    args.max_seq_length, args.vocab_size, args.seed)
   return paths
 
 
@@ -361,20 +419,26 @@ def classifier_command(horovodrun, args, paths, processes, threads, precision,
 
 
 def script_command(args, paths, threads, precision, output_dir):
-  """`python run_classifier.py <flags>` of one process's training run.
+  """`python run_classifier.py|run_pretraining.py <flags>` of one process's run.
 
   Precisions other than fp32 add --use_amp (bfloat16 on CPUs, float16 on GPUs).
   """
-  cmd = [sys.executable, args.script,
-         "--task_name=tsv", "--do_train",
-         "--data_dir=" + paths["data_dir"], "--vocab_file=" + paths["vocab_file"],
+  cmd = [sys.executable, args.script, "--do_train",
          "--bert_config_file=" + paths["bert_config_file"],
          "--output_dir=" + output_dir,
          "--max_seq_length=%d" % args.max_seq_length,
          "--train_batch_size=%d" % args.batch,
-         "--max_train_steps=%d" % args.steps, "--num_train_epochs=1000",
          "--save_checkpoints_steps=100000", "--log_every_secs=30",
          "--seed=%d" % args.seed]
+  if args.task == "pretrain":
+    cmd += ["--input_file=" + os.path.join(paths["data_dir"], PRETRAIN_RECORDS),
+            "--max_predictions_per_seq=%d" % args.max_predictions_per_seq,
+            "--num_train_steps=%d" % args.steps, "--num_warmup_steps=0",
+            "--optimizer=adamw"]
+  else:
+    cmd += ["--task_name=tsv", "--data_dir=" + paths["data_dir"],
+            "--vocab_file=" + paths["vocab_file"],
+            "--max_train_steps=%d" % args.steps, "--num_train_epochs=1000"]
   if threads:
     cmd += ["--intra_op_threads=%d" % threads, "--inter_op_threads=1"]
   if precision != "fp32":
@@ -493,14 +557,16 @@ def run_benchmark(args):
 
   import modeling  # pylint: disable=import-outside-toplevel
   config = modeling.BertConfig.from_dict(bert_config_dict(args))
-  flops = train_flops_per_example(config, args.max_seq_length)
+  flops = train_flops_per_example(
+      config, args.max_seq_length,
+      args.max_predictions_per_seq if args.task == "pretrain" else 0)
   report = flops_report(config, args.max_seq_length, flops)
   for line in report:
     log(line)
   num_examples = default_num_examples(args, settings)
   paths = write_task(os.path.join(args.work_dir, "task"), args, num_examples)
-  log("task: %d examples of %d tokens in %s" % (num_examples, args.max_seq_length,
-                                                 paths["data_dir"]))
+  log("task: %s, %d examples of %d tokens in %s" % (
+      args.task, num_examples, args.max_seq_length, paths["data_dir"]))
 
   peaks = {} if args.skip_peak else measure_peaks(settings, precisions, args)
   runs = run_all_settings(horovodrun, args, paths, settings, precisions)
@@ -509,7 +575,7 @@ def run_benchmark(args):
       "config": {"args": vars(args), "bert_config": bert_config_dict(args),
                  "num_examples": num_examples, "precisions": precisions,
                  "settings": [setting_name(p, t) for p, t in settings]},
-      "flops": dict(flops, formula="6 * N_mm * S + 12 * L * S^2 * H", lines=report),
+      "flops": dict(flops, formula=report[0].split(" = ", 1)[1], lines=report),
       "machine": dict(machine_info(peaks), loadavg_before=list(load_before)),
       "peaks": peaks, "runs": runs, "comparisons": comparisons(runs),
       "total_wall_s": time.time() - t_start,

@@ -11,6 +11,10 @@ intermediate I):
          + 4 * L * S^2 * H        attention: Q.K^T and probs.V, 2*S^2*H each
   train  = 3 * fwd = 6 * N_mm * S + 12 * L * S^2 * H    (backward = 2x forward)
 
+Pretraining (benchmark.py --task pretrain, P masked positions per sequence, vocab
+V) adds the masked-LM head, a dense H x H transform and the H x V output matmul on
+the P positions: 6 * P * (H^2 + H*V) more per sequence.
+
 Not counted: embedding lookups (gathers), biases, LayerNorm, softmax, GELU, dropout,
 the optimizer update, the pooler (2*H^2 per example, its share is recorded) and the
 classifier: all negligible.
@@ -59,25 +63,29 @@ def encoder_matmul_params(config):
              if name.startswith("bert/encoder/") and name.endswith("/kernel"))
 
 
-def train_flops_per_example(config, seq_length):
+def train_flops_per_example(config, seq_length, masked_positions=0):
   """Model FLOPs of one training example (3x forward), as in the module docstring.
 
   Args:
     config: modeling.BertConfig (or any object with its attributes).
     seq_length: int, tokens per example (S).
+    masked_positions: int, masked-LM predictions per sequence (P; 0 for the
+      classifier, which has no masked-LM head).
 
   Returns:
     dict with matmul_params (N_mm), forward_dense, forward_attention,
-    forward_total, train_total (= 6*N_mm*S + 12*L*S^2*H) and pooler_share.
+    forward_mlm_head, forward_total, train_total (= 6*N_mm*S + 12*L*S^2*H
+    + 6*P*(H^2 + H*V)) and pooler_share.
   """
   n_mm = encoder_matmul_params(config)
   s, l, h = seq_length, config.num_hidden_layers, config.hidden_size
   dense = 2 * n_mm * s
   attention = 2 * 2 * s * s * h * l
-  forward = dense + attention
+  head = 2 * masked_positions * (h * h + h * config.vocab_size)
+  forward = dense + attention + head
   return {
       "matmul_params": n_mm, "forward_dense": dense, "forward_attention": attention,
-      "forward_total": forward, "train_total": 3 * forward,
+      "forward_mlm_head": head, "forward_total": forward, "train_total": 3 * forward,
       "pooler_share": (2 * h * h) / float(forward),
   }
 
@@ -86,8 +94,10 @@ def flops_report(config, seq_length, flops):
   """Human-readable lines of the FLOPs formula with this config's numbers."""
   s, l, h, i = (seq_length, config.num_hidden_layers, config.hidden_size,
                 config.intermediate_size)
-  return [
-      "model FLOPs per training example = 6 * N_mm * S + 12 * L * S^2 * H",
+  head = flops["forward_mlm_head"]
+  lines = [
+      "model FLOPs per training example = 6 * N_mm * S + 12 * L * S^2 * H" +
+      (" + 6 * P * (H^2 + H*V)" if head else ""),
       "  N_mm = L * (4*H^2 + 2*H*I) = %d * (4*%d^2 + 2*%d*%d) = %d encoder matmul "
       "weights" % (l, h, h, i, flops["matmul_params"]),
       "  S=%d L=%d H=%d: 6*N_mm*S = %.4g, 12*L*S^2*H = %.4g, total %.4g FLOPs "
@@ -98,6 +108,10 @@ def flops_report(config, seq_length, flops):
       "optimizer; pooler + classifier are negligible (pooler %.3f%% of forward)" %
       (100 * flops["pooler_share"]),
   ]
+  if head:
+    lines.insert(3, "  masked-LM head: 6*P*(H^2 + H*V) = %.4g FLOPs (V=%d)" % (
+        3 * head, config.vocab_size))
+  return lines
 
 
 def combine_independent(jobs):

@@ -38,6 +38,51 @@ def test_flops_formula_matches_hand_computation():
   assert modeling.count_parameters(config, include_embeddings=False) == 1024 + others
 
 
+def test_pretraining_flops_add_the_masked_lm_head():
+  config = tiny_bert_config(layers=2, hidden=8, intermediate=16)  # vocab 50
+  classifier = benchmark.train_flops_per_example(config, seq_length=4)
+  pretrain = benchmark.train_flops_per_example(config, seq_length=4, masked_positions=3)
+  # The transform (8x8) and the output embedding (8x50) on 3 positions, 3x forward.
+  assert pretrain["forward_mlm_head"] == 2 * 3 * (64 + 8 * 50) == 2784
+  assert pretrain["train_total"] == classifier["train_total"] + 3 * 2784
+  lines = benchmark.flops_report(config, 4, pretrain)
+  assert lines[0].endswith("+ 6 * P * (H^2 + H*V)")
+  assert any("masked-LM head" in line for line in lines)
+  assert not any("masked-LM head" in line for line in
+                 benchmark.flops_report(config, 4, classifier))
+
+
+def test_synthetic_pretraining_records(tmp_path):
+  import pretraining_data  # pylint: disable=import-outside-toplevel
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  args = benchmark.parse_args(["--task", "pretrain", "--vocab_size", "40",
+                               "--max_seq_length", "20"])
+  assert args.max_predictions_per_seq == 4  # 15% of 20, + 1
+  assert args.script == os.path.join(ROOT, "run_pretraining.py")
+  paths = benchmark.write_task(str(tmp_path), args, num_examples=30)
+  records = os.path.join(paths["data_dir"], benchmark.PRETRAIN_RECORDS)
+  pretraining_data.check_input_file(records, 20, 4)  # raises on a mismatch
+  spec = pretraining_data._feature_spec(20, 4)  # pylint: disable=protected-access
+  examples = [tf.io.parse_single_example(r, spec)
+              for r in tf.data.TFRecordDataset(records)]
+  assert len(examples) == 30
+  next_labels = set()
+  for e in examples:
+    ids, segments = e["input_ids"].numpy(), e["segment_ids"].numpy()
+    positions = e["masked_lm_positions"].numpy()
+    assert ids[0] == 2 and list(ids).count(3) == 2 and ids[-1] == 3  # [CLS] .. [SEP]
+    assert e["input_mask"].numpy().all() and (ids >= 2).all()  # no padding
+    assert sorted(set(segments)) == [0, 1] and segments[list(ids).index(3) + 1] == 1
+    assert len(set(positions)) == 4 and all(ids[positions] >= 5)  # words only
+    assert (e["masked_lm_weights"].numpy() == 1).all()
+    assert (e["masked_lm_ids"].numpy() >= 5).all()
+    next_labels.add(int(e["next_sentence_labels"].numpy()[0]))
+  assert next_labels == {0, 1}
+  with pytest.raises(benchmark.BenchmarkError, match="--max_predictions_per_seq"):
+    benchmark.validate_args(benchmark.parse_args(
+        ["--task", "pretrain", "--max_seq_length", "8", "--max_predictions_per_seq", "6"]))
+
+
 def test_flops_of_the_default_config():
   args = benchmark.parse_args([])
   config = modeling.BertConfig.from_dict(benchmark.bert_config_dict(args))
@@ -347,6 +392,37 @@ def test_real_tiny_benchmark(tmp_path):
     assert controller == "mpi"
   assert all(runs[name]["command"][3] == "--" + controller for name in ("1x1", "2x1"))
   assert "Horovod controller: %s" % controller in proc.stdout
+
+
+@requires("horovodrun")
+def test_real_tiny_pretraining_benchmark(tmp_path):
+  work = tmp_path / "work"
+  cmd = [sys.executable, SCRIPT, "--task", "pretrain", "--num_hidden_layers", "1",
+         "--hidden_size", "32", "--num_attention_heads", "2", "--intermediate_size",
+         "64", "--max_seq_length", "16", "--vocab_size", "200", "--settings", "1x1,2x1",
+         "--steps", "7", "--batch", "4", "--work_dir", str(work), "--repeats", "1",
+         "--skip_peak"]
+  proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=400)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  results = json.load(open(work / "benchmark.json"))
+  runs = {r["setting"]: r for r in results["runs"]}
+  assert set(runs) == {"1x1", "2x1"}
+  for r in runs.values():
+    assert r["command"][5] == os.path.join(ROOT, "run_pretraining.py")
+    assert "--max_predictions_per_seq=3" in r["command"]
+    assert r["metrics"]["examples_per_sec_global"] > 0 and r["metrics"]["steps_timed"] == 2
+    # It really pretrained: run_pretraining.py's checkpoint has the masked-LM head.
+    output = os.path.join(r["run_dir"], "output")
+    names = [n for n, _ in tf_list_variables(output)]
+    assert "cls/predictions/output_bias" in names
+  assert runs["2x1"]["metrics"]["global_batch"] == 8
+  assert results["flops"]["forward_mlm_head"] == 2 * 3 * (32 * 32 + 32 * 200)
+  assert "2x1 vs 1x1 scaling efficiency:" in proc.stdout
+
+
+def tf_list_variables(checkpoint_dir):
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  return tf.train.list_variables(tf.train.latest_checkpoint(checkpoint_dir))
 
 
 @requires("horovodrun")
