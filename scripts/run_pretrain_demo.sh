@@ -233,11 +233,11 @@ if [ "$FORCE_PRETRAIN" = 1 ]; then
   # The fine-tunings of the old checkpoint go with it, whatever their seed.
   rm -rf "$PRETRAIN_DIR" "$PRETRAIN_DIR-phase2-"* "$OUTPUT_DIR/finetune-pretrained-$PRETRAIN_KEY-"*
 fi
-# `pretrain STAGE DIR SETTINGS_FILE_LINES... -- RUN_PRETRAINING_FLAGS...`: one
-# cached pretraining run into DIR, ending with DIR/model.ckpt-(--num_train_steps).
+# `pretrain STAGE DIR STEPS SETTINGS_FILE_LINES... -- RUN_PRETRAINING_FLAGS...`:
+# one cached pretraining run of STEPS steps into DIR, ending with DIR/model.ckpt-STEPS.
 pretrain() {
-  local name="$1" dir="$2" settings=() steps
-  shift 2
+  local name="$1" dir="$2" steps="$3" settings=()
+  shift 3
   while [ "$1" != -- ]; do settings+=("$1"); shift; done
   shift
   if [ -f "$dir/done" ]; then
@@ -252,14 +252,14 @@ pretrain() {
     --bert_config_file="$CONFIG" --output_dir="$dir" --do_train --do_eval \
     --train_batch_size="$PRETRAIN_BATCH" --optimizer="$OPTIMIZER" \
     --save_checkpoints_steps="$PRETRAIN_SAVE_STEPS" --keep_checkpoint_max=0 \
-    --log_every_secs=60 "$@" ${PRETRAIN_EXTRA[@]+"${PRETRAIN_EXTRA[@]}"}
-  steps="$(printf '%s\n' "$@" | sed -n 's/^--num_train_steps=//p')"
+    --num_train_steps="$steps" --log_every_secs=60 "$@" \
+    ${PRETRAIN_EXTRA[@]+"${PRETRAIN_EXTRA[@]}"}
   [ -f "$dir/model.ckpt-$steps.index" ] || die "pretraining ended without $dir/model.ckpt-$steps"
   tail -n 1 "$TIMES" | cut -f3 > "$dir/done"
 }
-pretrain pretrain "$PRETRAIN_DIR" "${PRETRAIN_SETTINGS[@]}" -- \
+pretrain pretrain "$PRETRAIN_DIR" "$PRETRAIN_STEPS" "${PRETRAIN_SETTINGS[@]}" -- \
   --input_file="$RECORDS-*" --max_seq_length="$PRETRAIN_SEQ_LENGTH" \
-  --max_predictions_per_seq="$MAX_PREDICTIONS_PER_SEQ" --num_train_steps="$PRETRAIN_STEPS" \
+  --max_predictions_per_seq="$MAX_PREDICTIONS_PER_SEQ" \
   --num_warmup_steps="$PRETRAIN_WARMUP" --learning_rate="$PRETRAIN_LR"
 FINAL_KEY="$PRETRAIN_KEY"; FINAL_CHECKPOINT="$CHECKPOINT"; PHASE2_DIR=""
 
@@ -274,10 +274,10 @@ if [ "$PHASE2_STEPS" -gt 0 ]; then
     "lr=$PHASE2_LR")
   PHASE2_KEY="$(key "${PHASE2_SETTINGS[@]}")"
   PHASE2_DIR="$PRETRAIN_DIR-phase2-$PHASE2_KEY"
-  pretrain pretrain-phase2 "$PHASE2_DIR" "${PHASE2_SETTINGS[@]}" -- \
+  pretrain pretrain-phase2 "$PHASE2_DIR" "$PHASE2_STEPS" "${PHASE2_SETTINGS[@]}" -- \
     --input_file="$RECORDS-*" --init_checkpoint="$CHECKPOINT" \
     --max_seq_length="$MAX_SEQ_LENGTH" --max_predictions_per_seq="$PHASE2_PREDICTIONS" \
-    --num_train_steps="$PHASE2_STEPS" --num_warmup_steps="$(( PHASE2_STEPS / 20 ))" \
+    --num_warmup_steps="$(( PHASE2_STEPS / 20 ))" \
     --learning_rate="$PHASE2_LR"
   FINAL_KEY="$PRETRAIN_KEY-phase2-$PHASE2_KEY"
   FINAL_CHECKPOINT="$PHASE2_DIR/model.ckpt-$PHASE2_STEPS"
