@@ -114,20 +114,26 @@ launch() {
 # SIGTERM on to that whole group as SIGTERM (bash would otherwise end alone and
 # leave the job running); returns CMD's exit status. SIGKILL cannot be passed on.
 run_child() {
-  local child rc=0
+  local child="" rc=0 signalled=0
+  # Trapped before the job starts: a signal that comes first is passed on as soon
+  # as the job's pid is known.
+  trap 'signalled=1; [ -z "$child" ] || stop_group "$child"' INT TERM
   if command -v setsid >/dev/null 2>&1; then
     setsid -w "$@" &  # not a group leader, so setsid execs CMD: $! leads the group
   else
     "$@" &
   fi
   child=$!
-  trap 'kill -TERM -- "-$child" 2>/dev/null || kill -TERM "$child" 2>/dev/null || true' \
-    INT TERM
+  [ "$signalled" = 0 ] || stop_group "$child"
+  # A trapped signal interrupts `wait` (status > 128) while the job may still be
+  # ending: wait until it is gone, then read its own status (bash keeps it).
+  while kill -0 "$child" 2>/dev/null; do wait "$child" || true; done
   wait "$child" || rc=$?
-  while kill -0 "$child" 2>/dev/null; do  # woken by a signal: wait for the real end
-    rc=0
-    wait "$child" || rc=$?
-  done
   trap - INT TERM
   return "$rc"
+}
+
+# `stop_group PID`: SIGTERM to the process group PID leads, else to PID alone.
+stop_group() {
+  kill -TERM -- "-$1" 2>/dev/null || kill -TERM "$1" 2>/dev/null || true
 }
