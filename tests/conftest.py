@@ -4,6 +4,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 
@@ -19,6 +20,13 @@ VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + POSITIVE + NEGATIVE + F
 
 # Generous hang guards for the multi-process tests (a healthy run takes ~15 s).
 JOB_TIMEOUT = 240
+
+# Started in the background (`cmd &`), bash ignores SIGINT in its child, and an
+# ignored signal is inherited through exec: every launcher a test starts would
+# then ignore SIGINT and bash could not trap it, failing the SIGINT tests for a
+# reason of how the suite was started. Handled here, it is SIG_DFL in children.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+  signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def tiny_config(dropout=0.1, vocab_size=len(VOCAB)):
