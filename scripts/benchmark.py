@@ -575,7 +575,7 @@ def run_benchmark(args):
       "config": {"args": vars(args), "bert_config": bert_config_dict(args),
                  "num_examples": num_examples, "precisions": precisions,
                  "settings": [setting_name(p, t) for p, t in settings]},
-      "flops": dict(flops, formula=report[0].split(" = ", 1)[1], lines=report),
+      "flops": dict(flops, lines=report),
       "machine": dict(machine_info(peaks), loadavg_before=list(load_before)),
       "peaks": peaks, "runs": runs, "comparisons": comparisons(runs),
       "total_wall_s": time.time() - t_start,

@@ -75,7 +75,7 @@ def train_flops_per_example(config, seq_length, masked_positions=0):
   Returns:
     dict with matmul_params (N_mm), forward_dense, forward_attention,
     forward_mlm_head, forward_total, train_total (= 6*N_mm*S + 12*L*S^2*H
-    + 6*P*(H^2 + H*V)) and pooler_share.
+    + 6*P*(H^2 + H*V)), pooler_share and formula (train_total as text).
   """
   n_mm = encoder_matmul_params(config)
   s, l, h = seq_length, config.num_hidden_layers, config.hidden_size
@@ -86,6 +86,8 @@ def train_flops_per_example(config, seq_length, masked_positions=0):
   return {
       "matmul_params": n_mm, "forward_dense": dense, "forward_attention": attention,
       "forward_mlm_head": head, "forward_total": forward, "train_total": 3 * forward,
+      "formula": "6 * N_mm * S + 12 * L * S^2 * H" + (
+          " + 6 * P * (H^2 + H*V)" if head else ""),
       "pooler_share": (2 * h * h) / float(forward),
   }
 
@@ -96,8 +98,7 @@ def flops_report(config, seq_length, flops):
                 config.intermediate_size)
   head = flops["forward_mlm_head"]
   lines = [
-      "model FLOPs per training example = 6 * N_mm * S + 12 * L * S^2 * H" +
-      (" + 6 * P * (H^2 + H*V)" if head else ""),
+      "model FLOPs per training example = " + flops["formula"],
       "  N_mm = L * (4*H^2 + 2*H*I) = %d * (4*%d^2 + 2*%d*%d) = %d encoder matmul "
       "weights" % (l, h, h, i, flops["matmul_params"]),
       "  S=%d L=%d H=%d: 6*N_mm*S = %.4g, 12*L*S^2*H = %.4g, total %.4g FLOPs "

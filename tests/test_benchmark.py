@@ -396,6 +396,7 @@ def test_real_tiny_benchmark(tmp_path):
 
 @requires("horovodrun")
 def test_real_tiny_pretraining_benchmark(tmp_path):
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
   work = tmp_path / "work"
   cmd = [sys.executable, SCRIPT, "--task", "pretrain", "--num_hidden_layers", "1",
          "--hidden_size", "32", "--num_attention_heads", "2", "--intermediate_size",
@@ -413,16 +414,11 @@ def test_real_tiny_pretraining_benchmark(tmp_path):
     assert r["metrics"]["examples_per_sec_global"] > 0 and r["metrics"]["steps_timed"] == 2
     # It really pretrained: run_pretraining.py's checkpoint has the masked-LM head.
     output = os.path.join(r["run_dir"], "output")
-    names = [n for n, _ in tf_list_variables(output)]
+    names = [n for n, _ in tf.train.list_variables(tf.train.latest_checkpoint(output))]
     assert "cls/predictions/output_bias" in names
   assert runs["2x1"]["metrics"]["global_batch"] == 8
   assert results["flops"]["forward_mlm_head"] == 2 * 3 * (32 * 32 + 32 * 200)
   assert "2x1 vs 1x1 scaling efficiency:" in proc.stdout
-
-
-def tf_list_variables(checkpoint_dir):
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  return tf.train.list_variables(tf.train.latest_checkpoint(checkpoint_dir))
 
 
 @requires("horovodrun")

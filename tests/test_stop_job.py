@@ -18,22 +18,14 @@ import time
 
 import pytest
 
+import distributed
 from conftest import JOB_TIMEOUT, ROOT, classifier_args, requires, write_task
 from test_reliability import checkpoint_steps
 
-CHECKPOINT_STATE = re.compile(r'^model_checkpoint_path: ".*model\.ckpt-(\d+)"', re.M)
-
-
-def recorded_step(out):
-  """The step of the checkpoint that out/checkpoint records (0 if none): the one a
-  re-run resumes from. A checkpoint's files appear before this record, so a
-  SIGKILL between the two leaves the previous step recorded."""
-  try:
-    with open(os.path.join(out, "checkpoint")) as f:
-      match = CHECKPOINT_STATE.search(f.read())
-  except FileNotFoundError:
-    return 0
-  return int(match.group(1)) if match else 0
+# The step of the checkpoint that out/checkpoint records (0 if none): the one a
+# re-run resumes from, found as the runner finds it. A checkpoint's files appear
+# before this record, so a SIGKILL between the two leaves the previous step recorded.
+recorded_step = distributed.latest_global_step
 
 SCRIPTS = os.path.join(ROOT, "scripts")
 STOP_SECS = 20   # every rank gone this long after the signal (a few s when idle)
