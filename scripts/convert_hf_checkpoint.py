@@ -11,7 +11,8 @@ folder (no PyTorch needed) and writes what `run_classifier.py` expects:
 Usage:
 
   python scripts/convert_hf_checkpoint.py --model_dir path/to/hf_model \\
-      --output_dir path/to/google_model [--allow_missing_pooler]
+      --output_dir path/to/google_model [--allow_missing_pooler] \\
+      [--target_vocab_file path/to/other_vocab.txt]
 
   python run_classifier.py ... --init_checkpoint=O/bert_model.ckpt \\
       --bert_config_file=O/bert_config.json --vocab_file=O/vocab.txt
@@ -25,6 +26,13 @@ Google variable the file lacks, and any shape mismatch is an error.
 
 Hugging Face's `hidden_act` "gelu" is the exact (erf) GELU, here "gelu_exact";
 "gelu_new" / "gelu_pytorch_tanh" are the tanh approximation, here "gelu".
+
+`--target_vocab_file` swaps the vocabulary (e.g. an English model's layers for a
+Chinese vocab, to continue pretraining with `run_pretraining.py --init_checkpoint`): the
+word embedding table gets one row per line of that file, copied from the model where the
+model's vocab has the same token and drawn from the truncated normal of
+`initializer_range` (seeded) where it does not; vocab_size and the written vocab.txt are
+the new ones. Every other tensor is converted unchanged.
 
 Errors print one line `convert_hf_checkpoint.py: error: ...` on stderr, exit code 2.
 """
@@ -282,6 +290,40 @@ def map_weights(tensors, config, allow_missing_pooler=False, seed=12345):
   return weights, skipped, initialized
 
 
+def read_vocab(path):
+  """The tokens of a `vocab.txt`, one per non-empty line, in order."""
+  with open(path, "r", encoding="utf-8") as f:
+    return [line.rstrip("\n") for line in f if line.strip()]
+
+
+def swap_vocab(weights, source_tokens, target_tokens, stddev, seed=12345):
+  """Re-indexes the word embedding table from `source_tokens` to `target_tokens`.
+
+  Args:
+    weights: OrderedDict Google name -> array; "bert/embeddings/word_embeddings"
+      is [vocab_size, hidden], row i for `source_tokens[i]`. Changed in place.
+    source_tokens: list of str, the model's vocab.
+    target_tokens: list of str, the new vocab (no duplicates).
+    stddev: truncated-normal stddev of rows the model's vocab lacks.
+    seed: random seed of those rows.
+
+  Returns:
+    The number of target tokens whose row was copied from the model.
+  """
+  name = "bert/embeddings/word_embeddings"
+  table = weights[name]
+  index = {token: i for i, token in enumerate(source_tokens) if i < table.shape[0]}
+  new = truncated_normal((len(target_tokens), table.shape[1]), stddev,
+                         np.random.RandomState(seed))
+  kept = 0
+  for i, token in enumerate(target_tokens):
+    if token in index:
+      new[i] = table[index[token]]
+      kept += 1
+  weights[name] = new
+  return kept
+
+
 def write_checkpoint(weights, checkpoint_prefix):
   """Writes `weights` (Google name -> array) with a tf.compat.v1 Saver.
 
@@ -343,6 +385,10 @@ def parse_args(argv):
   parser.add_argument("--allow_missing_pooler", action="store_true",
                       help="initialize the pooler (zeros bias, truncated-normal kernel) "
                       "if the model has none, instead of failing")
+  parser.add_argument("--target_vocab_file", default=None,
+                      help="write the model for this vocab instead of its own: "
+                      "embedding rows of shared tokens are copied, the others "
+                      "initialized")
   return parser.parse_args(argv)
 
 
@@ -356,6 +402,18 @@ def main(argv=None):
     n_vocab = check_vocab(vocab_src, config)
     weights, skipped, initialized = map_weights(
         tensors, config, allow_missing_pooler=args.allow_missing_pooler)
+    swapped = None
+    if args.target_vocab_file:
+      vocab_src = args.target_vocab_file
+      target = read_vocab(vocab_src)
+      if not target:
+        raise ConversionError("%s: no tokens" % vocab_src)
+      if len(set(target)) != len(target):
+        raise ConversionError("%s: a token appears twice" % vocab_src)
+      kept = swap_vocab(weights, read_vocab(os.path.join(args.model_dir, "vocab.txt")),
+                        target, config.initializer_range)
+      config.vocab_size = n_vocab = len(target)
+      swapped = (kept, len(target))
     os.makedirs(args.output_dir, exist_ok=True)
     prefix = write_checkpoint(weights, os.path.join(args.output_dir, CKPT_NAME))
     write_bert_config(config, os.path.join(args.output_dir, "bert_config.json"))
@@ -372,6 +430,10 @@ def main(argv=None):
     sys.stderr.write("%s: warning: %s is not in the model file; initialized it "
                      "(zeros bias, truncated-normal kernel, stddev %g)\n" %
                      (PROG, name, config.initializer_range))
+  if swapped:
+    print("vocab swapped to %s: %d of %d token embeddings copied from the model, the "
+          "others initialized (stddev %g)" % (args.target_vocab_file, swapped[0],
+                                              swapped[1], config.initializer_range))
   print("converted %d tensors (%d parameters, hidden_act %s, vocab %d/%d) to %s" % (
       len(weights) - len(initialized), sum(v.size for v in weights.values()),
       config.hidden_act, n_vocab, config.vocab_size, prefix))

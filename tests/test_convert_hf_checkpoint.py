@@ -225,6 +225,48 @@ def test_missing_pooler(tmp_path, capsys):
                                 google["bert/embeddings/word_embeddings"])
 
 
+def test_target_vocab_copies_shared_rows_and_initializes_the_rest(tmp_path, capsys):
+  hf, google = tiny_tensors()
+  model_dir = write_hf_model(str(tmp_path / "hf"), hf)
+  # Source vocab: [PAD] [UNK] [CLS] [SEP] [MASK] a b (rows 0-6 of 12).
+  target = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "中", "b", "国", "c"]
+  target_file = tmp_path / "target_vocab.txt"
+  target_file.write_text("\n".join(target) + "\n", encoding="utf-8")
+  out_dir = str(tmp_path / "out")
+  code, out, err = run_convert(capsys, model_dir, out_dir,
+                               "--target_vocab_file", str(target_file))
+  assert code == 0, err
+  assert "6 of 9 token embeddings copied" in out
+
+  reader = tf.train.load_checkpoint(os.path.join(out_dir, "bert_model.ckpt"))
+  table = reader.get_tensor("bert/embeddings/word_embeddings")
+  source = google["bert/embeddings/word_embeddings"]
+  assert table.shape == (9, 8)
+  for row, source_row in ((0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (6, 6)):
+    np.testing.assert_array_equal(table[row], source[source_row])
+  new_rows = table[[5, 7, 8]]
+  assert np.all(np.abs(new_rows) <= 0.04) and new_rows.std() > 0.005
+  for name, value in google.items():
+    if name != "bert/embeddings/word_embeddings":
+      np.testing.assert_array_equal(reader.get_tensor(name), value, err_msg=name)
+
+  config = modeling.BertConfig.from_json_file(os.path.join(out_dir, "bert_config.json"))
+  assert config.vocab_size == 9
+  assert set(modeling.expected_checkpoint_shapes(config).items()) == {
+      (name, tuple(shape)) for name, shape in reader.get_variable_to_shape_map().items()}
+  with open(os.path.join(out_dir, "vocab.txt"), encoding="utf-8") as f:
+    assert f.read().split() == target
+
+
+def test_target_vocab_with_a_duplicate_is_an_error(tmp_path, capsys):
+  model_dir = write_hf_model(str(tmp_path / "hf"), tiny_tensors()[0])
+  target_file = tmp_path / "target_vocab.txt"
+  target_file.write_text("[PAD]\n[UNK]\nx\nx\n", encoding="utf-8")
+  code, _, err = run_convert(capsys, model_dir, str(tmp_path / "out"),
+                             "--target_vocab_file", str(target_file))
+  assert_error(code, err, str(target_file), "twice")
+
+
 def test_command_line_error(tmp_path):
   """The script itself: exit code 2 and the one-line message, no traceback."""
   result = subprocess.run(
