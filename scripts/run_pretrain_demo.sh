@@ -55,6 +55,13 @@
 #                             learning rate, K/20 warmup steps, same batch
 #   --pretrain_save_steps K   keep a checkpoint every K steps (default 1000)
 #   --max_documents K         pretrain on the first K corpus documents only (smoke tests)
+#   --init_from DIR           start phase 1 from a Hugging Face BERT model folder
+#                             (model.safetensors, config.json, vocab.txt; e.g.
+#                             all-MiniLM-L6-v2, see docs/pretraining.md) instead of
+#                             random weights: its layers and size, the corpus vocab
+#                             (rows of shared tokens copied, see
+#                             scripts/convert_hf_checkpoint.py --target_vocab_file).
+#                             Fine-tuning from random weights uses that size too
 #   Fine-tuning (both models, as scripts/run_demo.sh):
 #   --seeds S[,S...]          fine-tuning seeds (default 1); the summary gives the mean
 #   --curve_steps K[,K...]    also fine-tune the checkpoints of these pretraining steps
@@ -91,7 +98,7 @@ OPTIMIZER="${OPTIMIZER:-lamb}"; PRETRAIN_SEQ_LENGTH="${PRETRAIN_SEQ_LENGTH:-64}"
 MAX_PREDICTIONS_PER_SEQ="${MAX_PREDICTIONS_PER_SEQ:-}"; DUPE_FACTOR="${DUPE_FACTOR:-5}"
 WHOLE_WORD_MASK="${WHOLE_WORD_MASK:-0}"; PRETRAIN_SAVE_STEPS="${PRETRAIN_SAVE_STEPS:-1000}"
 CURVE_STEPS="${CURVE_STEPS:-}"; PHASE2_STEPS="${PHASE2_STEPS:-2000}"
-MAX_DOCUMENTS="${MAX_DOCUMENTS:-0}"; SEEDS="${SEEDS:-1}"; EPOCHS="${EPOCHS:-3}"
+MAX_DOCUMENTS="${MAX_DOCUMENTS:-0}"; INIT_FROM="${INIT_FROM:-}"; SEEDS="${SEEDS:-1}"; EPOCHS="${EPOCHS:-3}"
 BATCH="${BATCH:-32}"; LR="${LR:-2e-4}"; MAX_SEQ_LENGTH="${MAX_SEQ_LENGTH:-128}"
 MAX_EXAMPLES="${MAX_EXAMPLES:-0}"; MAX_TRAIN_STEPS="${MAX_TRAIN_STEPS:-0}"
 SKIP_SETUP="${SKIP_SETUP:-0}"; PY="${VENV:+$VENV/bin/python}"
@@ -104,7 +111,7 @@ NUM_SHARDS=8
 VALUE_OPTIONS="python=PY optimizer np controller output_dir pretrain_steps
   pretrain_batch pretrain_lr pretrain_warmup pretrain_seq_length
   max_predictions_per_seq dupe_factor whole_word_mask pretrain_save_steps phase2_steps
-  max_documents
+  max_documents init_from
   seeds curve_steps epochs batch lr max_seq_length max_examples max_train_steps"
 SWITCH_OPTIONS="gpu skip_setup force_pretrain"
 DASHES_FOR=run_pretraining.py
@@ -133,6 +140,12 @@ for step in ${CURVE_STEPS//,/ }; do
     "--pretrain_save_steps ($PRETRAIN_SAVE_STEPS) below --pretrain_steps ($PRETRAIN_STEPS)" \
     "(or equal to it with phase 2), got '$CURVE_STEPS'"
 done
+if [ -n "$INIT_FROM" ]; then
+  for f in model.safetensors config.json vocab.txt; do
+    [ -f "$INIT_FROM/$f" ] || die "--init_from $INIT_FROM has no $f (a Hugging Face BERT model folder)"
+  done
+  INIT_FROM="$(cd "$INIT_FROM" && pwd)"
+fi
 case "$WHOLE_WORD_MASK" in 0|1) ;; *) die "--whole_word_mask must be 0 or 1, got '$WHOLE_WORD_MASK'" ;; esac
 case "$OPTIMIZER" in lamb|adamw) ;; *) die "--optimizer must be lamb or adamw, got '$OPTIMIZER'" ;; esac
 case "$CONTROLLER" in auto|gloo|mpi) ;; *) die "--controller must be auto, gloo or mpi, got '$CONTROLLER'" ;; esac
@@ -195,6 +208,24 @@ VOCAB="$CORPUS_DIR/vocab.txt"; CONFIG="$CORPUS_DIR/bert_config.json"
   --hidden_size "$HIDDEN" --num_hidden_layers "$LAYERS" --num_attention_heads "$HEADS" \
   --intermediate_size "$FFN" --min_positions "$(( PRETRAIN_SEQ_LENGTH > MAX_SEQ_LENGTH ? \
   PRETRAIN_SEQ_LENGTH : MAX_SEQ_LENGTH ))"
+# (2b) With --init_from: that model converted to Google's format for the corpus
+# vocab, cached by its files and the vocab; its config replaces the demo's.
+INIT_ARGS=(); INIT_KEY=""
+if [ -n "$INIT_FROM" ]; then
+  INIT_KEY="$(key "$INIT_FROM/model.safetensors" "$INIT_FROM/config.json" \
+    "$INIT_FROM/vocab.txt" "$VOCAB")"
+  INIT_DIR="$OUTPUT_DIR/init-$INIT_KEY"
+  if [ -f "$INIT_DIR/done" ]; then
+    stage convert cached 0 "$INIT_DIR"
+  else
+    rm -rf "$INIT_DIR"
+    timed convert "$PY" "$ROOT/scripts/convert_hf_checkpoint.py" --model_dir "$INIT_FROM" \
+      --output_dir "$INIT_DIR" --target_vocab_file "$VOCAB" --allow_missing_pooler
+    touch "$INIT_DIR/done"
+  fi
+  CONFIG="$INIT_DIR/bert_config.json"
+  INIT_ARGS=(--init_checkpoint="$INIT_DIR/bert_model.ckpt")
+fi
 CORPUS="$CORPUS_DIR/corpus.txt"
 if [ "$MAX_DOCUMENTS" -gt 0 ]; then
   CORPUS="$CORPUS_DIR/corpus-first$MAX_DOCUMENTS.txt"
@@ -226,6 +257,7 @@ make_records records "$CORPUS" "$PRETRAIN_SEQ_LENGTH" "$MAX_PREDICTIONS_PER_SEQ"
 PRETRAIN_SETTINGS=("records=$RECORD_KEY" "$CONFIG" "processes=$NP" "steps=$PRETRAIN_STEPS"
   "batch=$PRETRAIN_BATCH" "lr=$PRETRAIN_LR" "warmup=$PRETRAIN_WARMUP" "optimizer=$OPTIMIZER"
   ${PRETRAIN_EXTRA[@]+"${PRETRAIN_EXTRA[@]}"})
+[ -z "$INIT_KEY" ] || PRETRAIN_SETTINGS+=("init=$INIT_KEY")
 PRETRAIN_KEY="$(key "${PRETRAIN_SETTINGS[@]}")"
 PRETRAIN_DIR="$OUTPUT_DIR/pretrain-$PRETRAIN_KEY"
 CHECKPOINT="$PRETRAIN_DIR/model.ckpt-$PRETRAIN_STEPS"
@@ -260,7 +292,8 @@ pretrain() {
 pretrain pretrain "$PRETRAIN_DIR" "$PRETRAIN_STEPS" "${PRETRAIN_SETTINGS[@]}" -- \
   --input_file="$RECORDS-*" --max_seq_length="$PRETRAIN_SEQ_LENGTH" \
   --max_predictions_per_seq="$MAX_PREDICTIONS_PER_SEQ" \
-  --num_warmup_steps="$PRETRAIN_WARMUP" --learning_rate="$PRETRAIN_LR"
+  --num_warmup_steps="$PRETRAIN_WARMUP" --learning_rate="$PRETRAIN_LR" \
+  ${INIT_ARGS[@]+"${INIT_ARGS[@]}"}
 FINAL_KEY="$PRETRAIN_KEY"; FINAL_CHECKPOINT="$CHECKPOINT"; PHASE2_DIR=""
 
 # (4b) Phase 2: the training reviews alone at the fine-tuning length, from (4)'s

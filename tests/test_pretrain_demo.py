@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import hf_fixtures
 from conftest import JOB_TIMEOUT, ROOT, requires
 
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -45,6 +46,11 @@ def only_dir(output_dir, prefix, part=""):
            (part in d if part else "-step" not in d and "-phase2-" not in d)]
   assert len(found) == 1, found
   return os.path.join(output_dir, found[0])
+
+
+def read(path):
+  with open(path, encoding="utf-8") as f:
+    return f.read()
 
 
 def word_embeddings(checkpoint):
@@ -131,10 +137,53 @@ def test_pretrain_demo_runs_every_stage_then_reuses_the_checkpoint(tmp_path):
       word_embeddings(os.path.join(out, phase1_start[0], "model.ckpt-0")),
       word_embeddings(checkpoint))
 
+  # From a Hugging Face model: same data and records (cached), its size and weights.
+  check_init_from(out, str(tmp_path / "hf"))
+
+
+# A tiny Hugging Face model of another size than TINY_MODEL; its vocab shares some
+# tokens with the corpus vocab.
+HF_CONFIG = dict(hf_fixtures.TINY, vocab_size=9, hidden_size=16, num_hidden_layers=2,
+                 intermediate_size=32, max_position_embeddings=64)
+HF_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "的", "hello", "是", "不"]
+
+
+def check_init_from(out, hf_dir):
+  """--init_from: converted for the corpus vocab, phase 1 starts from its weights."""
+  tensors, google = hf_fixtures.tiny_tensors(config=HF_CONFIG)
+  hf_fixtures.write_hf_model(hf_dir, tensors, HF_CONFIG, HF_VOCAB)
+  proc = run_demo(out, "--phase2_steps", "0", "--init_from", hf_dir)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  status = stage_status(out)
+  assert status["convert"] == status["pretrain"] == "ran"
+  assert status["records"] == status["baseline"] == "cached"
+  assert status["finetune-pretrained-seed1"] == status["finetune-scratch-seed1"] == "ran"
+  init_key = os.path.basename(only_dir(out, "init-"))[len("init-"):]
+  pretrain_dirs = [d for d in os.listdir(out) if d.startswith("pretrain-") and
+                   "-phase2-" not in d and "-step" not in d and
+                   "init=%s\n" % init_key in read(os.path.join(out, d, "settings.txt"))]
+  assert len(pretrain_dirs) == 1, pretrain_dirs
+  start = os.path.join(out, pretrain_dirs[0], "model.ckpt-0")
+  name = "bert/encoder/layer_1/output/dense/kernel"
+  np.testing.assert_array_equal(tf.train.load_variable(start, name), google[name])
+  with open(os.path.join(out, "data", "pretrain", "vocab.txt"), encoding="utf-8") as f:
+    vocab = [line.rstrip("\n") for line in f]
+  table = word_embeddings(start)
+  assert table.shape == (len(vocab), 16)
+  for token in ("[CLS]", "的", "是"):
+    np.testing.assert_array_equal(table[vocab.index(token)],
+                                  google["bert/embeddings/word_embeddings"][
+                                      HF_VOCAB.index(token)])
+  # Fine-tuning from random weights has the model's size too.
+  scratch = [d for d in os.listdir(out) if d.startswith("finetune-scratch-") and
+             word_embeddings(os.path.join(out, d, "model.ckpt-0")).shape[1] == 16]
+  assert len(scratch) == 1, scratch
+
 
 @pytest.mark.parametrize("option,value,message", [
     ("--optimizer", "sgd", "--optimizer must be lamb or adamw, got 'sgd'"),
     ("--whole_word_mask", "yes", "--whole_word_mask must be 0 or 1, got 'yes'"),
+    ("--init_from", "/nonexistent", "--init_from /nonexistent has no model.safetensors"),
     ("--curve_steps", "1500", "--curve_steps must be multiples of --pretrain_save_steps "
      "(1000) below --pretrain_steps (12000) (or equal to it with phase 2), got '1500'"),
     ("--curve_steps", "13000", "--curve_steps must be multiples of --pretrain_save_steps "
