@@ -52,6 +52,7 @@ if ROOT not in sys.path:
   sys.path.insert(0, ROOT)
 
 import modeling  # pylint: disable=wrong-import-position
+import tokenization  # pylint: disable=wrong-import-position
 
 PROG = "convert_hf_checkpoint.py"
 CKPT_NAME = "bert_model.ckpt"
@@ -290,20 +291,14 @@ def map_weights(tensors, config, allow_missing_pooler=False, seed=12345):
   return weights, skipped, initialized
 
 
-def read_vocab(path):
-  """The tokens of a `vocab.txt`, one per non-empty line, in order."""
-  with open(path, "r", encoding="utf-8") as f:
-    return [line.rstrip("\n") for line in f if line.strip()]
-
-
 def swap_vocab(weights, source_tokens, target_tokens, stddev, seed=12345):
   """Re-indexes the word embedding table from `source_tokens` to `target_tokens`.
 
   Args:
     weights: OrderedDict Google name -> array; "bert/embeddings/word_embeddings"
       is [vocab_size, hidden], row i for `source_tokens[i]`. Changed in place.
-    source_tokens: list of str, the model's vocab.
-    target_tokens: list of str, the new vocab (no duplicates).
+    source_tokens: dict token -> row of the model's vocab (tokenization.load_vocab).
+    target_tokens: dict token -> row 0, 1, ... of the new vocab.
     stddev: truncated-normal stddev of rows the model's vocab lacks.
     seed: random seed of those rows.
 
@@ -312,13 +307,12 @@ def swap_vocab(weights, source_tokens, target_tokens, stddev, seed=12345):
   """
   name = "bert/embeddings/word_embeddings"
   table = weights[name]
-  index = {token: i for i, token in enumerate(source_tokens) if i < table.shape[0]}
   new = truncated_normal((len(target_tokens), table.shape[1]), stddev,
                          np.random.RandomState(seed))
   kept = 0
-  for i, token in enumerate(target_tokens):
-    if token in index:
-      new[i] = table[index[token]]
+  for token, i in target_tokens.items():
+    if source_tokens.get(token, table.shape[0]) < table.shape[0]:
+      new[i] = table[source_tokens[token]]
       kept += 1
   weights[name] = new
   return kept
@@ -374,6 +368,14 @@ def check_vocab(vocab_path, config):
   return n
 
 
+def load_vocab(path):
+  """tokenization.load_vocab (token -> row), its errors as ConversionError."""
+  try:
+    return tokenization.load_vocab(path)
+  except ValueError as e:
+    raise ConversionError(str(e)) from e
+
+
 def parse_args(argv):
   """Parses the command line."""
   parser = argparse.ArgumentParser(
@@ -404,14 +406,9 @@ def main(argv=None):
         tensors, config, allow_missing_pooler=args.allow_missing_pooler)
     swapped = None
     if args.target_vocab_file:
+      target = load_vocab(args.target_vocab_file)
+      kept = swap_vocab(weights, load_vocab(vocab_src), target, config.initializer_range)
       vocab_src = args.target_vocab_file
-      target = read_vocab(vocab_src)
-      if not target:
-        raise ConversionError("%s: no tokens" % vocab_src)
-      if len(set(target)) != len(target):
-        raise ConversionError("%s: a token appears twice" % vocab_src)
-      kept = swap_vocab(weights, read_vocab(os.path.join(args.model_dir, "vocab.txt")),
-                        target, config.initializer_range)
       config.vocab_size = n_vocab = len(target)
       swapped = (kept, len(target))
     os.makedirs(args.output_dir, exist_ok=True)

@@ -197,7 +197,7 @@ def test_target_vocab_with_a_duplicate_is_an_error(tmp_path, capsys):
   target_file.write_text("[PAD]\n[UNK]\nx\nx\n", encoding="utf-8")
   code, _, err = run_convert(capsys, model_dir, str(tmp_path / "out"),
                              "--target_vocab_file", str(target_file))
-  assert_error(code, err, str(target_file), "twice")
+  assert_error(code, err, str(target_file), "duplicate token 'x' on line 4")
 
 
 def test_command_line_error(tmp_path):
