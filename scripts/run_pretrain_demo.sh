@@ -181,6 +181,19 @@ timed() {
   [ "$rc" = 0 ] || { echo "[pretrain-demo] stage $name failed (exit $rc)" >&2; exit "$rc"; }
   stage "$name" ran "$(( $(date +%s) - start ))"
 }
+# `build_once NAME DIR CMD...`: runs CMD as stage NAME unless DIR/done exists;
+# DIR is removed first, so a half-built DIR is never reused.
+build_once() {
+  local name="$1" dir="$2"
+  shift 2
+  if [ -f "$dir/done" ]; then
+    stage "$name" cached 0 "$dir"
+    return
+  fi
+  rm -rf "$dir"
+  timed "$name" "$@"
+  touch "$dir/done"
+}
 # `key WORD...`: a short hash of the words; a word that is an absolute path stands
 # for the file's contents.
 key() {
@@ -215,14 +228,9 @@ if [ -n "$INIT_FROM" ]; then
   INIT_KEY="$(key "$INIT_FROM/model.safetensors" "$INIT_FROM/config.json" \
     "$INIT_FROM/vocab.txt" "$VOCAB")"
   INIT_DIR="$OUTPUT_DIR/init-$INIT_KEY"
-  if [ -f "$INIT_DIR/done" ]; then
-    stage convert cached 0 "$INIT_DIR"
-  else
-    rm -rf "$INIT_DIR"
-    timed convert "$PY" "$ROOT/scripts/convert_hf_checkpoint.py" --model_dir "$INIT_FROM" \
-      --output_dir "$INIT_DIR" --target_vocab_file "$VOCAB" --allow_missing_pooler
-    touch "$INIT_DIR/done"
-  fi
+  build_once convert "$INIT_DIR" "$PY" "$ROOT/scripts/convert_hf_checkpoint.py" \
+    --model_dir "$INIT_FROM" --output_dir "$INIT_DIR" --target_vocab_file "$VOCAB" \
+    --allow_missing_pooler
   CONFIG="$INIT_DIR/bert_config.json"
   INIT_ARGS=(--init_checkpoint="$INIT_DIR/bert_model.ckpt")
 fi
@@ -240,16 +248,10 @@ make_records() {
     "dupe=$dupe" "shards=$NUM_SHARDS" "whole_word_mask=$WHOLE_WORD_MASK")"
   dir="$CORPUS_DIR/records-$RECORD_KEY"
   RECORDS="$dir/seq$seq.tfrecord"
-  if [ -f "$dir/done" ]; then
-    stage "$name" cached 0 "$dir"
-    return
-  fi
-  rm -rf "$dir"
-  timed "$name" "$PY" "$ROOT/create_pretraining_data.py" --input_file="$corpus" \
+  build_once "$name" "$dir" "$PY" "$ROOT/create_pretraining_data.py" --input_file="$corpus" \
     --output_file="$RECORDS" --num_output_shards="$NUM_SHARDS" --num_workers="$(nproc)" \
     --vocab_file="$VOCAB" --do_whole_word_mask="$([ "$WHOLE_WORD_MASK" = 1 ] && echo true || echo false)" \
     --max_seq_length="$seq" --max_predictions_per_seq="$predictions" --dupe_factor="$dupe"
-  touch "$dir/done"
 }
 make_records records "$CORPUS" "$PRETRAIN_SEQ_LENGTH" "$MAX_PREDICTIONS_PER_SEQ" "$DUPE_FACTOR"
 
