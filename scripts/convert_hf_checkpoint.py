@@ -48,14 +48,17 @@ import sys
 import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-  sys.path.insert(0, ROOT)
+for _path in (ROOT, os.path.join(ROOT, "scripts")):
+  if _path not in sys.path:
+    sys.path.insert(0, _path)
 
+import embedding_transfer  # pylint: disable=wrong-import-position
 import modeling  # pylint: disable=wrong-import-position
 import tokenization  # pylint: disable=wrong-import-position
 
 PROG = "convert_hf_checkpoint.py"
 CKPT_NAME = "bert_model.ckpt"
+CORPUS_DIM = 128  # size of the corpus vectors of --new_rows_corpus
 
 # Hugging Face `hidden_act` -> modeling.py `hidden_act`.
 HF_ACTIVATIONS = {
@@ -303,19 +306,42 @@ def swap_vocab(weights, source_tokens, target_tokens, stddev, seed=12345):
     seed: random seed of those rows.
 
   Returns:
-    The number of target tokens whose row was copied from the model.
+    int array, the rows (of the new table) copied from the model.
   """
   name = "bert/embeddings/word_embeddings"
   table = weights[name]
   new = truncated_normal((len(target_tokens), table.shape[1]), stddev,
                          np.random.RandomState(seed))
-  kept = 0
+  kept = []
   for token, i in target_tokens.items():
     if source_tokens.get(token, table.shape[0]) < table.shape[0]:
       new[i] = table[source_tokens[token]]
-      kept += 1
+      kept.append(i)
   weights[name] = new
-  return kept
+  return np.asarray(kept, np.int64)
+
+
+def corpus_rows(weights, kept, vocab_file, corpus_file):
+  """Rows of new tokens from their contexts in `corpus_file` (embedding_transfer).
+
+  Args:
+    weights: as for `swap_vocab`, after it; the table is changed in place.
+    kept: rows `swap_vocab` copied from the model.
+    vocab_file: the target vocab.
+    corpus_file: text, one sentence a line.
+
+  Returns:
+    The number of rows replaced.
+  """
+  table = weights["bert/embeddings/word_embeddings"]
+  tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=True)
+  counts = embedding_transfer.cooccurrence(
+      embedding_transfer.token_id_lines(corpus_file, tokenizer), table.shape[0])
+  if not counts.any():
+    raise ConversionError("%s has no two vocab tokens on one line" % corpus_file)
+  vectors = embedding_transfer.ppmi_vectors(counts, min(CORPUS_DIM, table.shape[0]))
+  others = np.setdiff1d(np.arange(table.shape[0]), kept)
+  return len(embedding_transfer.transfer_rows(table, vectors, kept, others))
 
 
 def write_checkpoint(weights, checkpoint_prefix):
@@ -391,7 +417,15 @@ def parse_args(argv):
                       help="write the model for this vocab instead of its own: "
                       "embedding rows of shared tokens are copied, the others "
                       "initialized")
-  return parser.parse_args(argv)
+  parser.add_argument("--new_rows_corpus", default=None,
+                      help="with --target_vocab_file: initialize the rows of new "
+                      "tokens from their contexts in this text file (one sentence a "
+                      "line), mapped into the model's embedding space; new tokens it "
+                      "lacks stay random")
+  args = parser.parse_args(argv)
+  if args.new_rows_corpus and not args.target_vocab_file:
+    parser.error("--new_rows_corpus needs --target_vocab_file")
+  return args
 
 
 def main(argv=None):
@@ -408,9 +442,11 @@ def main(argv=None):
     if args.target_vocab_file:
       target = load_vocab(args.target_vocab_file)
       kept = swap_vocab(weights, load_vocab(vocab_src), target, config.initializer_range)
+      from_corpus = (corpus_rows(weights, kept, args.target_vocab_file,
+                                 args.new_rows_corpus) if args.new_rows_corpus else 0)
       vocab_src = args.target_vocab_file
       config.vocab_size = n_vocab = len(target)
-      swapped = (kept, len(target))
+      swapped = (len(kept), from_corpus, len(target))
     os.makedirs(args.output_dir, exist_ok=True)
     prefix = write_checkpoint(weights, os.path.join(args.output_dir, CKPT_NAME))
     write_bert_config(config, os.path.join(args.output_dir, "bert_config.json"))
@@ -428,9 +464,12 @@ def main(argv=None):
                      "(zeros bias, truncated-normal kernel, stddev %g)\n" %
                      (PROG, name, config.initializer_range))
   if swapped:
-    print("vocab swapped to %s: %d of %d token embeddings copied from the model, the "
+    from_corpus = (", %d from their contexts in %s" % (swapped[1], args.new_rows_corpus)
+                   if args.new_rows_corpus else "")
+    print("vocab swapped to %s: %d of %d token embeddings copied from the model%s, the "
           "others initialized (stddev %g)" % (args.target_vocab_file, swapped[0],
-                                              swapped[1], config.initializer_range))
+                                              swapped[2], from_corpus,
+                                              config.initializer_range))
   print("converted %d tensors (%d parameters, hidden_act %s, vocab %d/%d) to %s" % (
       len(weights) - len(initialized), sum(v.size for v in weights.values()),
       config.hidden_act, n_vocab, config.vocab_size, prefix))

@@ -191,6 +191,49 @@ def test_target_vocab_copies_shared_rows_and_initializes_the_rest(tmp_path, caps
     assert f.read().split() == target
 
 
+def cosine(u, v):
+  """Cosine similarity of two vectors."""
+  return float(np.dot(u, v) / (np.linalg.norm(u) * np.linalg.norm(v)))
+
+
+def test_new_rows_from_corpus_follow_their_contexts(tmp_path, capsys):
+  """A new token seen where a shared token is seen gets a row like that token's."""
+  hf, google = tiny_tensors()
+  vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "b", "c", "d", "e", "f", "g"]
+  model_dir = write_hf_model(str(tmp_path / "hf"), hf, vocab=vocab)
+  target = vocab + ["中", "国", "人"]
+  target_file = tmp_path / "target_vocab.txt"
+  target_file.write_text("\n".join(target) + "\n", encoding="utf-8")
+  corpus = tmp_path / "corpus.txt"
+  # 中 has a's neighbours (c, d), 国 b's (e, f); 人 never occurs.
+  corpus.write_text("c a d\nc 中 d\ne b f\ne 国 f\ng c g\ng e g\n" * 20,
+                    encoding="utf-8")
+  out_dir = str(tmp_path / "out")
+  code, out, err = run_convert(capsys, model_dir, out_dir, "--target_vocab_file",
+                               str(target_file), "--new_rows_corpus", str(corpus))
+  assert code == 0, err
+  assert "12 of 15 token embeddings copied from the model, 2 from their contexts" in out
+
+  table = tf.train.load_checkpoint(os.path.join(out_dir, "bert_model.ckpt")).get_tensor(
+      "bert/embeddings/word_embeddings")
+  source = google["bert/embeddings/word_embeddings"]
+  np.testing.assert_array_equal(table[:12], source)
+  zhong, guo, ren = table[12], table[13], table[14]
+  assert cosine(zhong, source[5]) > 0.5 and cosine(guo, source[6]) > 0.5
+  assert cosine(zhong, source[5]) > cosine(zhong, source[6])
+  assert cosine(guo, source[6]) > cosine(guo, source[5])
+  assert np.all(np.abs(ren) <= 0.04) and ren.std() > 0.005  # still the random row
+
+
+def test_new_rows_corpus_needs_a_target_vocab(tmp_path, capsys):
+  model_dir = write_hf_model(str(tmp_path / "hf"), tiny_tensors()[0])
+  with pytest.raises(SystemExit) as exit_info:
+    convert.main(["--model_dir", model_dir, "--output_dir", str(tmp_path / "out"),
+                  "--new_rows_corpus", str(tmp_path / "corpus.txt")])
+  assert exit_info.value.code == 2
+  assert "--new_rows_corpus needs --target_vocab_file" in capsys.readouterr().err
+
+
 def test_target_vocab_with_a_duplicate_is_an_error(tmp_path, capsys):
   model_dir = write_hf_model(str(tmp_path / "hf"), tiny_tensors()[0])
   target_file = tmp_path / "target_vocab.txt"
