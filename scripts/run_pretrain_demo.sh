@@ -59,8 +59,9 @@
 #                             (model.safetensors, config.json, vocab.txt; e.g.
 #                             all-MiniLM-L6-v2, see docs/pretraining.md) instead of
 #                             random weights: its layers and size, the corpus vocab
-#                             (rows of shared tokens copied, see
-#                             scripts/convert_hf_checkpoint.py --target_vocab_file).
+#                             (rows of shared tokens copied, the others from
+#                             their contexts in the corpus, see
+#                             scripts/convert_hf_checkpoint.py --new_rows_corpus).
 #                             Fine-tuning from random weights uses that size too
 #   Fine-tuning (both models, as scripts/run_demo.sh):
 #   --seeds S[,S...]          fine-tuning seeds (default 1); the summary gives the mean
@@ -222,15 +223,16 @@ VOCAB="$CORPUS_DIR/vocab.txt"; CONFIG="$CORPUS_DIR/bert_config.json"
   --intermediate_size "$FFN" --min_positions "$(( PRETRAIN_SEQ_LENGTH > MAX_SEQ_LENGTH ? \
   PRETRAIN_SEQ_LENGTH : MAX_SEQ_LENGTH ))"
 # (2b) With --init_from: that model converted to Google's format for the corpus
-# vocab, cached by its files and the vocab; its config replaces the demo's.
+# vocab (new tokens' rows from their contexts in the corpus), cached by its
+# files, the vocab and the corpus; its config replaces the demo's.
 INIT_ARGS=(); INIT_KEY=""
 if [ -n "$INIT_FROM" ]; then
   INIT_KEY="$(key "$INIT_FROM/model.safetensors" "$INIT_FROM/config.json" \
-    "$INIT_FROM/vocab.txt" "$VOCAB")"
+    "$INIT_FROM/vocab.txt" "$VOCAB" "$CORPUS_DIR/corpus.txt" new_rows=corpus)"
   INIT_DIR="$OUTPUT_DIR/init-$INIT_KEY"
   build_once convert "$INIT_DIR" "$PY" "$ROOT/scripts/convert_hf_checkpoint.py" \
     --model_dir "$INIT_FROM" --output_dir "$INIT_DIR" --target_vocab_file "$VOCAB" \
-    --allow_missing_pooler
+    --new_rows_corpus "$CORPUS_DIR/corpus.txt" --allow_missing_pooler
   CONFIG="$INIT_DIR/bert_config.json"
   INIT_ARGS=(--init_checkpoint="$INIT_DIR/bert_model.ckpt")
 fi

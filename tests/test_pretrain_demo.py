@@ -174,6 +174,12 @@ def check_init_from(out, hf_dir):
     np.testing.assert_array_equal(table[vocab.index(token)],
                                   google["bert/embeddings/word_embeddings"][
                                       HF_VOCAB.index(token)])
+  # The other rows: mapped from their contexts in the corpus (on the model's scale,
+  # standard normal here), not drawn from the truncated normal (|x| <= 2 x 0.02).
+  assert "from their contexts in %s" % os.path.join(out, "data", "pretrain",
+                                                   "corpus.txt") in proc.stdout
+  new_rows = table[[i for i, token in enumerate(vocab) if token not in HF_VOCAB]]
+  assert np.mean(np.abs(new_rows).max(axis=1) > 0.04) > 0.5
   # Fine-tuning from random weights has the model's size too.
   scratch = [d for d in os.listdir(out) if d.startswith("finetune-scratch-") and
              word_embeddings(os.path.join(out, d, "model.ckpt-0")).shape[1] == 16]
