@@ -12,7 +12,7 @@ Usage:
 
   python scripts/convert_hf_checkpoint.py --model_dir path/to/hf_model \\
       --output_dir path/to/google_model [--allow_missing_pooler] \\
-      [--target_vocab_file path/to/other_vocab.txt]
+      [--target_vocab_file path/to/other_vocab.txt [--new_rows_corpus corpus.txt]]
 
   python run_classifier.py ... --init_checkpoint=O/bert_model.ckpt \\
       --bert_config_file=O/bert_config.json --vocab_file=O/vocab.txt
@@ -32,7 +32,9 @@ Chinese vocab, to continue pretraining with `run_pretraining.py --init_checkpoin
 word embedding table gets one row per line of that file, copied from the model where the
 model's vocab has the same token and drawn from the truncated normal of
 `initializer_range` (seeded) where it does not; vocab_size and the written vocab.txt are
-the new ones. Every other tensor is converted unchanged.
+the new ones. Every other tensor is converted unchanged. With `--new_rows_corpus FILE`
+the rows of new tokens that FILE contains are instead mapped from their contexts there
+into the model's embedding space (scripts/embedding_transfer.py).
 
 Errors print one line `convert_hf_checkpoint.py: error: ...` on stderr, exit code 2.
 """
