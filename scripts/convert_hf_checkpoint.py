@@ -337,11 +337,15 @@ def corpus_rows(weights, kept, vocab_file, corpus_file):
   """
   table = weights["bert/embeddings/word_embeddings"]
   tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=True)
-  counts = embedding_transfer.cooccurrence(
-      embedding_transfer.token_id_lines(corpus_file, tokenizer), table.shape[0])
-  if not counts.any():
-    raise ConversionError("%s has no two vocab tokens on one line" % corpus_file)
-  vectors = embedding_transfer.ppmi_vectors(counts, min(CORPUS_DIM, table.shape[0]))
+  try:
+    counts = embedding_transfer.cooccurrence(
+        embedding_transfer.token_id_lines(corpus_file, tokenizer), table.shape[0])
+    if not counts.any():
+      raise ConversionError("%s has no two vocab tokens on one line" % corpus_file)
+    vectors = embedding_transfer.ppmi_vectors(counts, min(CORPUS_DIM, table.shape[0]))
+  except MemoryError as e:
+    raise ConversionError("not enough memory for --new_rows_corpus with %d tokens (about "
+                          "%.1f GB)" % (table.shape[0], 40e-9 * table.shape[0] ** 2)) from e
   others = np.setdiff1d(np.arange(table.shape[0]), kept)
   return len(embedding_transfer.transfer_rows(table, vectors, kept, others))
 
@@ -423,7 +427,7 @@ def parse_args(argv):
                       help="with --target_vocab_file: initialize the rows of new "
                       "tokens from their contexts in this text file (one sentence a "
                       "line), mapped into the model's embedding space; new tokens it "
-                      "lacks stay random")
+                      "lacks stay random (memory: about 40 bytes x vocab size squared)")
   args = parser.parse_args(argv)
   if args.new_rows_corpus and not args.target_vocab_file:
     parser.error("--new_rows_corpus needs --target_vocab_file")

@@ -234,6 +234,17 @@ def test_new_rows_corpus_needs_a_target_vocab(tmp_path, capsys):
   assert "--new_rows_corpus needs --target_vocab_file" in capsys.readouterr().err
 
 
+def test_new_rows_corpus_without_pairs_is_an_error(tmp_path, capsys):
+  model_dir = write_hf_model(str(tmp_path / "hf"), tiny_tensors()[0])
+  target_file = tmp_path / "target_vocab.txt"
+  target_file.write_text("[PAD]\n[UNK]\na\n中\n", encoding="utf-8")
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("a\n中\n\n", encoding="utf-8")
+  code, _, err = run_convert(capsys, model_dir, str(tmp_path / "out"), "--target_vocab_file",
+                             str(target_file), "--new_rows_corpus", str(corpus))
+  assert_error(code, err, str(corpus), "has no two vocab tokens on one line")
+
+
 def test_target_vocab_with_a_duplicate_is_an_error(tmp_path, capsys):
   model_dir = write_hf_model(str(tmp_path / "hf"), tiny_tensors()[0])
   target_file = tmp_path / "target_vocab.txt"
