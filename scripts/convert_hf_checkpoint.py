@@ -448,11 +448,14 @@ def main(argv=None):
     if args.target_vocab_file:
       target = load_vocab(args.target_vocab_file)
       kept = swap_vocab(weights, load_vocab(vocab_src), target, config.initializer_range)
-      from_corpus = (corpus_rows(weights, kept, args.target_vocab_file,
-                                 args.new_rows_corpus) if args.new_rows_corpus else 0)
+      swapped = "vocab swapped to %s: %d of %d token embeddings copied from the model" % (
+          args.target_vocab_file, len(kept), len(target))
+      if args.new_rows_corpus:
+        replaced = corpus_rows(weights, kept, args.target_vocab_file, args.new_rows_corpus)
+        swapped += ", %d from their contexts in %s" % (replaced, args.new_rows_corpus)
+      swapped += ", the others initialized (stddev %g)" % config.initializer_range
       vocab_src = args.target_vocab_file
       config.vocab_size = n_vocab = len(target)
-      swapped = (len(kept), from_corpus, len(target))
     os.makedirs(args.output_dir, exist_ok=True)
     prefix = write_checkpoint(weights, os.path.join(args.output_dir, CKPT_NAME))
     write_bert_config(config, os.path.join(args.output_dir, "bert_config.json"))
@@ -470,12 +473,7 @@ def main(argv=None):
                      "(zeros bias, truncated-normal kernel, stddev %g)\n" %
                      (PROG, name, config.initializer_range))
   if swapped:
-    from_corpus = (", %d from their contexts in %s" % (swapped[1], args.new_rows_corpus)
-                   if args.new_rows_corpus else "")
-    print("vocab swapped to %s: %d of %d token embeddings copied from the model%s, the "
-          "others initialized (stddev %g)" % (args.target_vocab_file, swapped[0],
-                                              swapped[2], from_corpus,
-                                              config.initializer_range))
+    print(swapped)
   print("converted %d tensors (%d parameters, hidden_act %s, vocab %d/%d) to %s" % (
       len(weights) - len(initialized), sum(v.size for v in weights.values()),
       config.hidden_act, n_vocab, config.vocab_size, prefix))
