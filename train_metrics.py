@@ -76,10 +76,10 @@ class ThroughputHook(tf.compat.v1.train.SessionRunHook):
     self._steps_run = 0
     self._summary_dir = summary_dir
     self._unit = unit
-    # Set once the graph and session exist: the step tensor, the summary writer,
-    # and the perf_counter() times of the start, the last progress line and the
-    # current step's start.
-    self._global_step_tensor = self._writer = None
+    # Set once the graph and session exist: the step tensor, the step the session
+    # started at, the summary writer, and the perf_counter() times of the start,
+    # the last progress line and the current step's start.
+    self._global_step_tensor = self._first_step = self._writer = None
     self._start = self._last_log = self._t0 = None
 
   @property
@@ -92,6 +92,10 @@ class ThroughputHook(tf.compat.v1.train.SessionRunHook):
       self._writer = tf.compat.v1.summary.FileWriterCache.get(self._summary_dir)
 
   def after_create_session(self, session, coord):
+    # Read once here, then counted: every training run increments the global step
+    # by one, and a read fetched beside the train op may come before or after
+    # that run's increment (no order between them), which showed as "step 9/8".
+    self._first_step = int(session.run(self._global_step_tensor))
     self._start = time.perf_counter()
     self._last_log = self._start
 
@@ -99,8 +103,7 @@ class ThroughputHook(tf.compat.v1.train.SessionRunHook):
     self._t0 = time.perf_counter()
     if self._steps_run == self._warmup:
       self._timed_window[0] = time.time()
-    return tf.compat.v1.train.SessionRunArgs(
-        [self._global_step_tensor, self._loss, self._lr])
+    return tf.compat.v1.train.SessionRunArgs([self._loss, self._lr])
 
   def after_run(self, run_context, run_values):
     now = time.perf_counter()
@@ -108,8 +111,8 @@ class ThroughputHook(tf.compat.v1.train.SessionRunHook):
     if self._steps_run > self._warmup:
       self._step_times.append(now - self._t0)
       self._timed_window[1] = time.time()
-    step, loss, lr = run_values.results
-    step += 1  # The value was read before this step's increment.
+    loss, lr = run_values.results
+    step = self._first_step + self._steps_run
     if now - self._last_log >= self._log_every or step >= self._num_train_steps:
       self._last_log = now
       LOG.info("step %d/%d loss %.4f lr %.3g | %s", step, self._num_train_steps, loss,
