@@ -142,11 +142,15 @@ class ThroughputHook(tf.compat.v1.train.SessionRunHook):
     summary = self.summary()
     if summary is None:
       return
-    LOG.info("throughput: %.1f %s/sec global, %.1f per process over %d timed "
-             "steps (step p50 %.3fs, p90 %.3fs)", summary["examples_per_sec_global"],
-             self._unit,
-             summary["examples_per_sec_per_process"], summary["steps_timed"],
-             summary["step_time_p50_s"], summary["step_time_p90_s"])
+    if not summary["steps_timed"]:
+      LOG.info("throughput: not measured (all %d steps were in the %d-step warm-up)",
+               summary["steps_run"], self._warmup)
+    else:
+      LOG.info("throughput: %.1f %s/sec global, %.1f per process over %d timed "
+               "steps (step p50 %.3fs, p90 %.3fs)", summary["examples_per_sec_global"],
+               self._unit,
+               summary["examples_per_sec_per_process"], summary["steps_timed"],
+               summary["step_time_p50_s"], summary["step_time_p90_s"])
     if self._metrics_path:
       atomic_write_text(self._metrics_path, json.dumps(summary, indent=2) + "\n")
 

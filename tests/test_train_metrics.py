@@ -77,12 +77,16 @@ def test_throughput_hook_times_steps_after_warmup_and_writes_metrics(tmp_path, c
   assert {"examples_per_sec_global", "examples_per_sec_per_process"} <= tags
 
 
-def test_throughput_hook_without_timed_steps():
+def test_throughput_hook_without_timed_steps(caplog):
   def hooks(loss, lr):
     return [train_metrics.ThroughputHook(loss, lr, 2, 8, 1, 1, log_every_secs=1e9,
                                          warmup_steps=5)]
 
-  (hook,) = run_steps(hooks, 2)
+  with caplog.at_level(logging.INFO, logger=train_metrics.LOG.name):
+    (hook,) = run_steps(hooks, 2)
+  (line,) = [r.getMessage() for r in caplog.records
+             if r.getMessage().startswith("throughput")]
+  assert line == "throughput: not measured (all 2 steps were in the 5-step warm-up)"
   summary = hook.summary()
   assert summary["steps_run"] == 2 and summary["steps_timed"] == 0
   assert summary["warmup_steps_excluded"] == 2
