@@ -9,9 +9,34 @@ import optimization
 tf1 = tf.compat.v1
 
 
+POOLINGS = ("cls", "mean")
+
+
+def sentence_representation(model, input_mask, pooling):
+  """The vector the classifier reads for each sequence.
+
+  Args:
+    model: `modeling.BertModel`.
+    input_mask: int32 Tensor of shape [batch_size, seq_length], 1 for real tokens.
+    pooling: "cls", BERT's pooler (tanh dense layer over the [CLS] token), or
+      "mean", the mean of the last layer's hidden states over the real tokens
+      (the pooler's variables stay in the graph and checkpoints, unused).
+
+  Returns:
+    float32 Tensor of shape [batch_size, hidden_size].
+  """
+  if pooling == "cls":
+    return model.get_pooled_output()
+  if pooling != "mean":
+    raise ValueError("pooling must be one of %s, got %r" % (POOLINGS, pooling))
+  mask = tf.cast(input_mask, tf.float32)[:, :, tf.newaxis]  # [B, S, 1]
+  total = tf.reduce_sum(model.get_sequence_output() * mask, axis=1)  # [B, H]
+  return total / tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)
+
+
 def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, labels,
-                 num_labels, compute_type=tf.float32):
-  """Creates a classification model: BERT's pooled output, dropout, a linear layer.
+                 num_labels, compute_type=tf.float32, pooling="cls"):
+  """Creates a classification model: a sentence vector, dropout, a linear layer.
 
   Args:
     bert_config: `BertConfig`; its hidden_dropout_prob also drives the head dropout.
@@ -20,6 +45,7 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, l
     labels: int32 Tensor of shape [batch_size].
     num_labels: int.
     compute_type: dtype of the encoder's activations (mixed precision).
+    pooling: "cls" or "mean", see `sentence_representation`.
 
   Returns:
     (loss, per_example_loss, logits, probabilities): a scalar mean loss and
@@ -28,7 +54,7 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, l
   model = modeling.BertModel(config=bert_config, is_training=is_training,
                              input_ids=input_ids, input_mask=input_mask,
                              token_type_ids=segment_ids, compute_type=compute_type)
-  output_layer = model.get_pooled_output()
+  output_layer = sentence_representation(model, input_mask, pooling)
   hidden_size = output_layer.shape[-1]
 
   output_weights = tf1.get_variable(
@@ -84,7 +110,8 @@ def metric_fn(per_example_loss, label_ids, logits, is_real_example, num_labels,
 
 
 def model_fn_builder(bert_config, num_labels, init_checkpoint, optimizer_settings,
-                     task_name="tsv", training_hooks_fn=None, compute_type=tf.float32):
+                     task_name="tsv", training_hooks_fn=None, compute_type=tf.float32,
+                     pooling="cls"):
   """Returns the `model_fn` closure for the Estimator.
 
   Args:
@@ -98,6 +125,7 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, optimizer_setting
     training_hooks_fn: optional (loss, learning_rate) -> list of SessionRunHooks.
     compute_type: tf.float32, or tf.bfloat16 / tf.float16 for mixed precision
       (float16 needs optimizer_settings.dynamic_loss_scale).
+    pooling: "cls" or "mean", see `sentence_representation`.
   """
 
   def model_fn(features, labels, mode, params):
@@ -111,7 +139,8 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, optimizer_setting
     is_training = (mode == tf_estimator.estimator.ModeKeys.TRAIN)
     (total_loss, per_example_loss, logits, probabilities) = create_model(
         bert_config, is_training, input_ids, input_mask, segment_ids, label_ids,
-        num_labels, compute_type=compute_type if is_training else tf.float32)
+        num_labels, compute_type=compute_type if is_training else tf.float32,
+        pooling=pooling)
 
     if init_checkpoint:
       modeling.init_from_checkpoint(init_checkpoint)

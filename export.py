@@ -22,7 +22,7 @@ CONFIG_NAME = "export_config.json"
 
 
 def export_saved_model(bert_config, label_list, checkpoint, export_dir, max_seq_length,
-                       vocab_file, do_lower_case):
+                       vocab_file, do_lower_case, pooling="cls"):
   """Writes a SavedModel of the classifier in `checkpoint` to `export_dir`.
 
   The model is rebuilt in inference mode (no dropout) in a fresh graph and its
@@ -50,6 +50,7 @@ def export_saved_model(bert_config, label_list, checkpoint, export_dir, max_seq_
     max_seq_length: int, the sequence length of the inputs.
     vocab_file: path of the WordPiece vocabulary used for fine-tuning.
     do_lower_case: bool, whether the tokenizer lower-cases its input.
+    pooling: "cls" or "mean", the classifier's sentence vector (as trained).
 
   Returns:
     `export_dir`, the path written.
@@ -74,7 +75,7 @@ def export_saved_model(bert_config, label_list, checkpoint, export_dir, max_seq_
 
   try:
     _build_saved_model(bert_config, len(label_list), checkpoint, tmp_dir,
-                       max_seq_length)
+                       max_seq_length, pooling)
     _write_assets_extra(tmp_dir, label_list, max_seq_length, vocab_file, do_lower_case)
   except BaseException:
     shutil.rmtree(tmp_dir, ignore_errors=True)
@@ -83,7 +84,8 @@ def export_saved_model(bert_config, label_list, checkpoint, export_dir, max_seq_
   return export_dir
 
 
-def _build_saved_model(bert_config, num_labels, checkpoint, out_dir, max_seq_length):
+def _build_saved_model(bert_config, num_labels, checkpoint, out_dir, max_seq_length,
+                       pooling):
   """Builds the inference graph, restores `checkpoint`, saves a SavedModel in `out_dir`."""
   graph = tf.Graph()
   with graph.as_default():
@@ -95,7 +97,7 @@ def _build_saved_model(bert_config, num_labels, checkpoint, out_dir, max_seq_len
     labels = tf.zeros_like(inputs["input_ids"][:, 0])
     (_, _, _, probabilities) = classifier_model.create_model(
         bert_config, False, inputs["input_ids"], inputs["input_mask"],
-        inputs["segment_ids"], labels=labels, num_labels=num_labels)
+        inputs["segment_ids"], labels=labels, num_labels=num_labels, pooling=pooling)
     probabilities = tf.identity(probabilities, name=OUTPUT_NAME)
     saver = tf1.train.Saver(var_list=tf1.global_variables())
 

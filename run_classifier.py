@@ -30,6 +30,7 @@ import train_metrics
 
 LOG = train_metrics.LOG
 RESULT_FILES = ("eval_results.txt", "test_results.tsv")
+POOLING_FILE = "pooling.txt"
 
 FLAGS = flags.FLAGS
 
@@ -95,6 +96,11 @@ flags.DEFINE_enum(
     "used; 'auto' picks sparse when processes x train_batch_size x max_seq_length "
     "< vocab_size (fewer bytes), on CPUs, without gradient accumulation or "
     "--fp16_allreduce.")
+flags.DEFINE_enum(
+    "pooling", "cls", list(classifier_model.POOLINGS),
+    "The sentence vector the classifier reads: 'cls', BERT's pooler over the [CLS] "
+    "token (Google's), or 'mean', the mean of the last layer over the real tokens. "
+    "Recorded in output_dir/pooling.txt; later runs on that output_dir must match.")
 flags.DEFINE_string(
     "export_dir", None,
     "If set, rank 0 writes a SavedModel of the final checkpoint here (serving "
@@ -136,6 +142,19 @@ def check_checkpoint_matches(init_checkpoint, bert_config, num_labels):
       init_checkpoint, modeling.expected_checkpoint_shapes(bert_config, num_labels))
 
 
+def check_pooling(output_dir, pooling):
+  """Raises InputError if output_dir/pooling.txt records another --pooling."""
+  path = os.path.join(output_dir, POOLING_FILE)
+  if not os.path.exists(path):
+    return
+  with open(path, encoding="utf-8") as f:
+    recorded = f.read().strip()
+  if recorded != pooling:
+    raise InputError("--pooling=%s, but %s says the model in --output_dir was trained "
+                     "with --pooling=%s (pass that, or use another --output_dir)" %
+                     (pooling, path, recorded))
+
+
 def setup(flags_obj, runtime):
   """Validates inputs and derives the `runner_common.RunPlan`; raises InputError.
 
@@ -143,7 +162,7 @@ def setup(flags_obj, runtime):
   bert_config, tokenizer, processor, label_list, vocab_file, do_lower_case,
   max_seq_length, train/eval/predict_examples (or None), num_train_steps,
   num_warmup_steps, optimizer_name ("adamw"), save_checkpoints_steps,
-  sparse_embedding_allreduce, predict_batch_size, export_dir.
+  sparse_embedding_allreduce, predict_batch_size, export_dir, pooling.
 
   Called from `main` only. Every rank runs this before any collective operation.
   """
@@ -162,6 +181,7 @@ def setup(flags_obj, runtime):
   processor = classifier_data.PROCESSORS[task_name]()
   rank, size = runtime.rank, runtime.size
 
+  check_pooling(flags_obj.output_dir, flags_obj.pooling)
   label_list_path = os.path.join(flags_obj.output_dir, "label_list.txt")
   train_examples = None
   if flags_obj.do_train:
@@ -235,14 +255,14 @@ def setup(flags_obj, runtime):
           flags_obj.gradient_accumulation_steps, runtime.gpu_available,
           flags_obj.fp16_allreduce),
       predict_batch_size=flags_obj.predict_batch_size,
-      export_dir=flags_obj.export_dir,
+      export_dir=flags_obj.export_dir, pooling=flags_obj.pooling,
       **runner_common.shared_plan_fields(flags_obj, runtime))
 
 
 def make_estimator(plan):
   """An Estimator of the classifier for this rank."""
   return runner_common.make_estimator(plan, classifier_model.model_fn_builder(
-      num_labels=len(plan.label_list), task_name=plan.task_name,
+      num_labels=len(plan.label_list), task_name=plan.task_name, pooling=plan.pooling,
       **runner_common.model_fn_args(plan)))
 
 
@@ -317,7 +337,8 @@ def export_model(plan):
   path = export.export_saved_model(
       bert_config=plan.bert_config, label_list=plan.label_list, checkpoint=checkpoint,
       export_dir=plan.export_dir, max_seq_length=plan.max_seq_length,
-      vocab_file=plan.vocab_file, do_lower_case=plan.do_lower_case)
+      vocab_file=plan.vocab_file, do_lower_case=plan.do_lower_case,
+      pooling=plan.pooling)
   LOG.info("exported SavedModel of %s to %s", checkpoint, path)
 
 
@@ -328,6 +349,8 @@ def main(_):
   if plan.rank == 0 and FLAGS.do_train:
     train_metrics.atomic_write_text(os.path.join(plan.output_dir, "label_list.txt"),
                                     "".join(l + "\n" for l in plan.label_list))
+    train_metrics.atomic_write_text(os.path.join(plan.output_dir, POOLING_FILE),
+                                    plan.pooling + "\n")
 
   if FLAGS.do_train:
     train(plan)

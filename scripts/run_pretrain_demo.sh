@@ -71,6 +71,9 @@
 #                             phase 1's end); the summary adds the curve of test
 #                             accuracy against pretraining steps and minutes
 #   --epochs E                default 3
+#   --pooling P               cls (default, BERT's pooler over [CLS]) or mean (the
+#                             mean of the last layer over the tokens; see
+#                             run_classifier.py --pooling)
 #   --batch B                 per-process batch (default 32)
 #   --lr R                    peak learning rate of one process, scaled by N (default 2e-4)
 #   --max_seq_length L        default 128
@@ -100,6 +103,7 @@ MAX_PREDICTIONS_PER_SEQ="${MAX_PREDICTIONS_PER_SEQ:-}"; DUPE_FACTOR="${DUPE_FACT
 WHOLE_WORD_MASK="${WHOLE_WORD_MASK:-0}"; PRETRAIN_SAVE_STEPS="${PRETRAIN_SAVE_STEPS:-1000}"
 CURVE_STEPS="${CURVE_STEPS:-}"; PHASE2_STEPS="${PHASE2_STEPS:-2000}"
 MAX_DOCUMENTS="${MAX_DOCUMENTS:-0}"; INIT_FROM="${INIT_FROM:-}"; SEEDS="${SEEDS:-1}"; EPOCHS="${EPOCHS:-3}"
+POOLING="${POOLING:-cls}"
 BATCH="${BATCH:-32}"; LR="${LR:-2e-4}"; MAX_SEQ_LENGTH="${MAX_SEQ_LENGTH:-128}"
 MAX_EXAMPLES="${MAX_EXAMPLES:-0}"; MAX_TRAIN_STEPS="${MAX_TRAIN_STEPS:-0}"
 SKIP_SETUP="${SKIP_SETUP:-0}"; PY="${VENV:+$VENV/bin/python}"
@@ -113,7 +117,7 @@ VALUE_OPTIONS="python=PY optimizer np controller output_dir pretrain_steps
   pretrain_batch pretrain_lr pretrain_warmup pretrain_seq_length
   max_predictions_per_seq dupe_factor whole_word_mask pretrain_save_steps phase2_steps
   max_documents init_from
-  seeds curve_steps epochs batch lr max_seq_length max_examples max_train_steps"
+  seeds curve_steps epochs pooling batch lr max_seq_length max_examples max_train_steps"
 SWITCH_OPTIONS="gpu skip_setup force_pretrain"
 DASHES_FOR=run_pretraining.py
 parse_options "$@"
@@ -133,6 +137,7 @@ PRETRAIN_WARMUP="${PRETRAIN_WARMUP:-$(( PRETRAIN_STEPS / 40 ))}"
 [[ "$PRETRAIN_WARMUP" =~ ^[0-9]+$ ]] || die "--pretrain_warmup must be a whole number, got '$PRETRAIN_WARMUP'"
 MAX_PREDICTIONS_PER_SEQ="${MAX_PREDICTIONS_PER_SEQ:-$(( PRETRAIN_SEQ_LENGTH * 15 / 100 + 1 ))}"
 positive --max_predictions_per_seq "$MAX_PREDICTIONS_PER_SEQ"
+[[ "$POOLING" =~ ^(cls|mean)$ ]] || die "--pooling must be cls or mean, got '$POOLING'"
 [[ "$SEEDS" =~ ^[0-9]+(,[0-9]+)*$ ]] || die "--seeds must be whole numbers separated by commas, got '$SEEDS'"
 CURVE_LIMIT=$(( PHASE2_STEPS > 0 ? PRETRAIN_STEPS + 1 : PRETRAIN_STEPS ))
 for step in ${CURVE_STEPS//,/ }; do
@@ -323,7 +328,7 @@ fi
 # (5, 6) Fine-tuning from the checkpoint and from random weights, per seed; a
 # finished fine-tuning of the same settings is reused.
 FINETUNE_KEY="$(key "$DATA_DIR/train.tsv" "$VOCAB" "$CONFIG" "processes=$NP" \
-  "epochs=$EPOCHS" "batch=$BATCH" "lr=$LR" "seq=$MAX_SEQ_LENGTH" "steps=$MAX_TRAIN_STEPS")"
+  "epochs=$EPOCHS" "pooling=$POOLING" "batch=$BATCH" "lr=$LR" "seq=$MAX_SEQ_LENGTH" "steps=$MAX_TRAIN_STEPS")"
 finetune() {
   local name="$1" dir="$2"
   shift 2
@@ -337,7 +342,7 @@ finetune() {
     --eval_batch_size=64 --predict_batch_size=64 --learning_rate="$LR" \
     --num_train_epochs="$EPOCHS" --warmup_proportion=0.1 --seed="$seed" \
     --max_train_steps="$MAX_TRAIN_STEPS" --save_checkpoints_steps=500 \
-    --log_every_secs=60 "$@"
+    --pooling="$POOLING" --log_every_secs=60 "$@"
 }
 PRETRAINED_DIRS=(); SCRATCH_DIRS=()
 for seed in ${SEEDS//,/ }; do

@@ -166,3 +166,48 @@ def test_uneven_shards_finish_with_same_step_on_every_rank(tmp_path):
   for rank, folder in ((0, out), (1, os.path.join(out, "1"))):
     state = json.load(open(os.path.join(folder, "train_state.json")))
     assert (state["rank"], state["global_step"]) == (rank, steps)
+
+
+@requires("horovodrun")
+def test_mean_pooling_on_two_processes_is_recorded_and_enforced(tmp_path):
+  """--pooling=mean trains on 2 processes without the pooler (its weights keep
+  their initial values), writes pooling.txt, exports the same head, and a later
+  run on that output_dir with another --pooling is refused on every rank."""
+  task = write_task(str(tmp_path / "task"))
+  init = make_init_checkpoint(str(tmp_path / "init"), tiny_config())
+  out = str(tmp_path / "out")
+  export_dir = str(tmp_path / "export")
+  assert_ok(run_job("horovodrun", 2, classifier_args(
+      task, out, "--do_train", "--do_eval", "--do_predict", "--train_batch_size=4",
+      "--num_train_epochs=4", "--pooling=mean", "--init_checkpoint=" + init,
+      "--export_dir=" + export_dir)))
+  results = check_outputs(out, num_test=20, num_steps=50)
+  assert results["eval_accuracy"] >= 0.8, results
+  assert open(os.path.join(out, "pooling.txt")).read() == "mean\n"
+  weights, initial = trained_weights(out), tf.train.load_checkpoint(init)
+  for name in ("bert/pooler/dense/kernel", "bert/pooler/dense/bias"):
+    np.testing.assert_array_equal(weights[name], initial.get_tensor(name))
+  assert not np.allclose(weights["output_weights"], initial.get_tensor("output_weights"))
+  # The SavedModel computes what the job predicted.
+  served = tf.saved_model.load(export_dir).signatures["serving_default"]
+  import classifier_data  # pylint: disable=import-outside-toplevel
+  import tokenization  # pylint: disable=import-outside-toplevel
+  examples = classifier_data.PROCESSORS["tsv"]().get_test_examples(task)
+  tokenizer = tokenization.FullTokenizer(os.path.join(task, "vocab.txt"), True)
+  features = [classifier_data.convert_single_example(i, e, {"0": 0, "1": 1}, 16,
+                                                      tokenizer)
+              for i, e in enumerate(examples)]
+  probabilities = served(**{
+      name: tf.constant([getattr(f, name) for f in features], tf.int32)
+      for name in ("input_ids", "input_mask", "segment_ids")})["probabilities"].numpy()
+  with open(os.path.join(out, "test_results.tsv")) as f:
+    expected = [[float(x) for x in line.split("\t")] for line in f]
+  np.testing.assert_allclose(probabilities, expected, atol=1e-5)
+
+  proc = run_job("horovodrun", 2, classifier_args(task, out, "--do_predict"))
+  output = proc.stdout + proc.stderr
+  assert proc.returncode != 0 and "Exit code: 2" in output, output[-3000:]
+  for rank in (0, 1):
+    assert ("error (rank %d): --pooling=cls, but %s says the model in --output_dir was "
+            "trained with --pooling=mean" % (rank, os.path.join(out, "pooling.txt"))
+           ) in output, output[-3000:]

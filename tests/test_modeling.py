@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import classifier_model
 import modeling
 from conftest import tiny_config
 
@@ -50,6 +51,32 @@ def test_padding_does_not_change_real_tokens():
     out = [sess.run(model.get_sequence_output(),
                     {ids: x, mask: m, types: np.zeros((1, 7))}) for x in (base, other)]
   np.testing.assert_allclose(out[0][:, :5], out[1][:, :5], atol=1e-5)
+
+
+def test_mean_pooling_averages_the_real_tokens_only():
+  config = modeling.BertConfig.from_dict(tiny_config(dropout=0.0))
+  graph, model, (ids, mask, types) = build(config, batch=2, seq=7, is_training=False)
+  with graph.as_default():
+    mean = classifier_model.sentence_representation(model, mask, "mean")
+    cls = classifier_model.sentence_representation(model, mask, "cls")
+    with pytest.raises(ValueError, match="pooling must be one of"):
+      classifier_model.sentence_representation(model, mask, "max")
+  m = np.array([[1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0, 0]])
+  feeds = [{ids: np.array([[2, 5, 6, 7, 3, 0, 0], [2, 8, 3, 0, 0, 0, 0]]), mask: m,
+            types: np.zeros((2, 7))},
+           {ids: np.array([[2, 5, 6, 7, 3, 9, 11], [2, 8, 3, 4, 4, 4, 4]]), mask: m,
+            types: np.zeros((2, 7))}]
+  with tf1.Session(graph=graph) as sess:
+    sess.run(tf1.global_variables_initializer())
+    runs = [sess.run([mean, cls, model.get_sequence_output(),
+                      model.get_pooled_output()], feed) for feed in feeds]
+  got, got_cls, seq, pooled = runs[0]
+  assert got.shape == (2, 32)
+  np.testing.assert_allclose(got[0], seq[0, :5].mean(axis=0), atol=1e-6)
+  np.testing.assert_allclose(got[1], seq[1, :3].mean(axis=0), atol=1e-6)
+  np.testing.assert_array_equal(got_cls, pooled)
+  # Padded positions' ids do not move the mean.
+  np.testing.assert_allclose(runs[1][0], got, atol=1e-5)
 
 
 def test_config_json_round_trip(tmp_path):

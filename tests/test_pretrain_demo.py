@@ -152,7 +152,7 @@ def check_init_from(out, hf_dir):
   """--init_from: converted for the corpus vocab, phase 1 starts from its weights."""
   tensors, google = hf_fixtures.tiny_tensors(config=HF_CONFIG)
   hf_fixtures.write_hf_model(hf_dir, tensors, HF_CONFIG, HF_VOCAB)
-  proc = run_demo(out, "--phase2_steps", "0", "--init_from", hf_dir)
+  proc = run_demo(out, "--phase2_steps", "0", "--init_from", hf_dir, "--pooling", "mean")
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   status = stage_status(out)
   assert status["convert"] == status["pretrain"] == "ran"
@@ -184,11 +184,17 @@ def check_init_from(out, hf_dir):
   scratch = [d for d in os.listdir(out) if d.startswith("finetune-scratch-") and
              word_embeddings(os.path.join(out, d, "model.ckpt-0")).shape[1] == 16]
   assert len(scratch) == 1, scratch
+  # --pooling reaches both fine-tunings (and only this run's: the others are cls).
+  poolings = {d: read(os.path.join(out, d, "pooling.txt")) for d in os.listdir(out)
+              if d.startswith("finetune-")}
+  assert sorted(poolings.values()).count("mean\n") == 2, poolings
+  assert poolings[scratch[0]] == "mean\n"
 
 
 @pytest.mark.parametrize("option,value,message", [
     ("--optimizer", "sgd", "--optimizer must be lamb or adamw, got 'sgd'"),
     ("--whole_word_mask", "yes", "--whole_word_mask must be 0 or 1, got 'yes'"),
+    ("--pooling", "max", "--pooling must be cls or mean, got 'max'"),
     ("--init_from", "/nonexistent", "--init_from /nonexistent has no model.safetensors"),
     ("--curve_steps", "1500", "--curve_steps must be multiples of --pretrain_save_steps "
      "(1000) below --pretrain_steps (12000) (or equal to it with phase 2), got '1500'"),
