@@ -82,6 +82,28 @@ def classifier_args(task_dir, output_dir, *extra):
   ] + list(extra)
 
 
+def export_probabilities(export_dir, task_dir):
+  """The exported signature's probabilities for task_dir/test.tsv, float32 [n, labels],
+  with the inputs built from the export's own assets.extra."""
+  # Imported here: the launch helpers above need no TensorFlow.
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+  import classifier_data  # pylint: disable=import-outside-toplevel
+  import export  # pylint: disable=import-outside-toplevel
+  import tokenization  # pylint: disable=import-outside-toplevel
+  vocab_file, labels, cfg = export.load_assets_extra(export_dir)
+  signature = tf.saved_model.load(export_dir).signatures["serving_default"]
+  tokenizer = tokenization.FullTokenizer(vocab_file, cfg["do_lower_case"])
+  label_map = {l: i for i, l in enumerate(labels)}
+  feats = [classifier_data.convert_single_example(i, ex, label_map, cfg["max_seq_length"],
+                                                  tokenizer)
+           for i, ex in enumerate(classifier_data.TsvProcessor().get_test_examples(task_dir))]
+  return signature(
+      input_ids=tf.constant([f.input_ids for f in feats], tf.int32),
+      input_mask=tf.constant([f.input_mask for f in feats], tf.int32),
+      segment_ids=tf.constant([f.segment_ids for f in feats], tf.int32),
+  )["probabilities"].numpy()
+
+
 def launcher_prefix(launcher, np):
   """The command prefix that starts `np` processes with `launcher`."""
   if launcher == "python":

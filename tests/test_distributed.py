@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import classifier_args, requires, run_job, tiny_config, write_task
+from conftest import (classifier_args, export_probabilities, requires, run_job, tiny_config,
+                      write_task)
 
 tf1 = tf.compat.v1
 
@@ -189,17 +190,7 @@ def test_mean_pooling_on_two_processes_is_recorded_and_enforced(tmp_path):
     np.testing.assert_array_equal(weights[name], initial.get_tensor(name))
   assert not np.allclose(weights["output_weights"], initial.get_tensor("output_weights"))
   # The SavedModel computes what the job predicted.
-  served = tf.saved_model.load(export_dir).signatures["serving_default"]
-  import classifier_data  # pylint: disable=import-outside-toplevel
-  import tokenization  # pylint: disable=import-outside-toplevel
-  examples = classifier_data.PROCESSORS["tsv"]().get_test_examples(task)
-  tokenizer = tokenization.FullTokenizer(os.path.join(task, "vocab.txt"), True)
-  features = [classifier_data.convert_single_example(i, e, {"0": 0, "1": 1}, 16,
-                                                      tokenizer)
-              for i, e in enumerate(examples)]
-  probabilities = served(**{
-      name: tf.constant([getattr(f, name) for f in features], tf.int32)
-      for name in ("input_ids", "input_mask", "segment_ids")})["probabilities"].numpy()
+  probabilities = export_probabilities(export_dir, task)
   with open(os.path.join(out, "test_results.tsv")) as f:
     expected = [[float(x) for x in line.split("\t")] for line in f]
   np.testing.assert_allclose(probabilities, expected, atol=1e-5)

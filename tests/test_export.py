@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import ROOT, VOCAB, classifier_args, run_job, write_task
+from conftest import (ROOT, VOCAB, classifier_args, export_probabilities, run_job,
+                      write_task)
 import export
 import modeling
-import classifier_data
-import tokenization
 
 PREDICT = os.path.join(ROOT, "scripts", "predict.py")
 TOL = 1e-5
@@ -87,17 +86,7 @@ def test_signature_in_process_matches_estimator_predictions(trained):
              for s in inputs.values())
   assert list(signature.structured_outputs) == ["probabilities"]
 
-  tokenizer = tokenization.FullTokenizer(
-      os.path.join(trained["export_dir"], "assets.extra", "vocab.txt"), True)
-  examples = classifier_data.TsvProcessor().get_test_examples(trained["task"])
-  label_map = {l: i for i, l in enumerate(trained["labels"])}
-  feats = [classifier_data.convert_single_example(i, ex, label_map, 16, tokenizer)
-           for i, ex in enumerate(examples)]
-  outputs = signature(
-      input_ids=tf.constant([f.input_ids for f in feats], tf.int32),
-      input_mask=tf.constant([f.input_mask for f in feats], tf.int32),
-      segment_ids=tf.constant([f.segment_ids for f in feats], tf.int32))
-  probs = outputs["probabilities"].numpy()
+  probs = export_probabilities(trained["export_dir"], trained["task"])
   assert probs.dtype == np.float32
   np.testing.assert_allclose(probs, trained["expected"], atol=TOL, rtol=0)
   np.testing.assert_allclose(probs.sum(axis=1), 1.0, atol=1e-5)
@@ -148,22 +137,6 @@ def test_predict_script_errors(trained, tmp_path):
                      str(bad_tsv))
   assert proc.returncode == 2
   assert "%s:2: expected 'label<TAB>text'" % bad_tsv in proc.stderr
-
-
-def export_probabilities(export_dir, task_dir):
-  """The exported signature's probabilities for task_dir/test.tsv, float32 [n, 2]."""
-  vocab_file, labels, cfg = export.load_assets_extra(export_dir)
-  signature = tf.saved_model.load(export_dir).signatures["serving_default"]
-  tokenizer = tokenization.FullTokenizer(vocab_file, cfg["do_lower_case"])
-  label_map = {l: i for i, l in enumerate(labels)}
-  feats = [classifier_data.convert_single_example(i, ex, label_map, cfg["max_seq_length"],
-                                                  tokenizer)
-           for i, ex in enumerate(classifier_data.TsvProcessor().get_test_examples(task_dir))]
-  return signature(
-      input_ids=tf.constant([f.input_ids for f in feats], tf.int32),
-      input_mask=tf.constant([f.input_mask for f in feats], tf.int32),
-      segment_ids=tf.constant([f.segment_ids for f in feats], tf.int32),
-  )["probabilities"].numpy()
 
 
 def test_reexport_replaces_the_directory(trained):
