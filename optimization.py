@@ -35,7 +35,8 @@ def learning_rate_schedule(init_lr, global_step, num_train_steps, num_warmup_ste
 def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
                      scale_learning_rate=True, gradient_accumulation_steps=1,
                      fp16_allreduce=False, dynamic_loss_scale=False,
-                     sparse_embedding_allreduce=False, optimizer_name="adamw"):
+                     sparse_embedding_allreduce=False, optimizer_name="adamw",
+                     layer_lr_decay=1.0):
   """Creates the training op: Horovod-averaged, clipped AdamWeightDecay or LAMB updates.
 
   Args:
@@ -61,6 +62,8 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
       batch is below vocab_size. Not with gradient accumulation (Horovod
       accumulates dense gradients only, and raises otherwise).
     optimizer_name: "adamw" (Google's AdamWeightDecayOptimizer) or "lamb".
+    layer_lr_decay: float in (0, 1], layer-wise learning-rate decay (see
+      `layer_lr_multipliers`); 1.0 gives every variable the same rate.
 
   Returns:
     (train_op, learning_rate, grad_norm): the op, the current rate and the global
@@ -76,7 +79,7 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
     # Horovod: scale the rate by the number of processes (the global batch grows).
     learning_rate = learning_rate * hvd.size()
 
-  base_optimizer = make_base_optimizer(optimizer_name, learning_rate)
+  base_optimizer = make_base_optimizer(optimizer_name, learning_rate, layer_lr_decay)
 
   # Horovod: wrap the optimizer so compute_gradients() returns gradients averaged
   # over all processes: an allreduce of each dense gradient and, unless
@@ -150,8 +153,8 @@ class OptimizerSettings(collections.namedtuple(
     "OptimizerSettings",
     ["init_lr", "num_train_steps", "num_warmup_steps", "scale_learning_rate",
      "gradient_accumulation_steps", "fp16_allreduce", "dynamic_loss_scale",
-     "sparse_embedding_allreduce", "optimizer_name"],
-    defaults=(True, 1, False, False, False, "adamw"))):
+     "sparse_embedding_allreduce", "optimizer_name", "layer_lr_decay"],
+    defaults=(True, 1, False, False, False, "adamw", 1.0))):
   """The arguments of `create_optimizer` after `loss`, as one value a
   model_fn_builder passes through to `training_spec` (same names and defaults)."""
 
@@ -170,12 +173,12 @@ def training_spec(loss, training_hooks_fn, settings):
       training_hooks=hooks)
 
 
-def make_base_optimizer(optimizer_name, learning_rate):
+def make_base_optimizer(optimizer_name, learning_rate, layer_lr_decay=1.0):
   """The per-process optimizer `create_optimizer` wraps: "adamw" or "lamb".
 
   Both use Google's BERT settings: decoupled weight decay 0.01, betas 0.9/0.999,
   epsilon 1e-6, and LayerNorm parameters and biases excluded from the decay (and,
-  for LAMB, from the trust ratio).
+  for LAMB, from the trust ratio); `layer_lr_decay` as in `create_optimizer`.
   """
   optimizers = {"adamw": AdamWeightDecayOptimizer, "lamb": LambOptimizer}
   if optimizer_name not in optimizers:
@@ -186,7 +189,37 @@ def make_base_optimizer(optimizer_name, learning_rate):
       beta_1=0.9,
       beta_2=0.999,
       epsilon=1e-6,
-      exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"])
+      exclude_from_weight_decay=["LayerNorm", "layer_norm", "bias"],
+      layer_lr_decay=layer_lr_decay)
+
+
+def layer_lr_multipliers(param_names, decay):
+  """Layer-wise learning-rate decay (as ELECTRA's fine-tuning, Clark et al. 2020).
+
+  Depth 0 is `bert/embeddings/`, depth i + 1 is `bert/encoder/layer_i/`, and
+  every other variable (pooler, classifier or pretraining heads) is on top at
+  depth L + 1, L the number of encoder layers among `param_names`. A variable at
+  depth k trains at decay ** (L + 1 - k) times the rate: the top at the rate,
+  the embeddings at decay ** (L + 1).
+
+  Args:
+    param_names: variable names without the ":0" suffix.
+    decay: float in (0, 1].
+
+  Returns:
+    dict from each of `param_names` to its float multiplier.
+  """
+  layer = re.compile(r"^bert/encoder/layer_(\d+)/")
+  indices = [int(m.group(1)) for m in map(layer.match, param_names) if m]
+  top = max(indices) + 2 if indices else 1
+
+  def depth(name):
+    if name.startswith("bert/embeddings/"):
+      return 0
+    match = layer.match(name)
+    return int(match.group(1)) + 1 if match else top
+
+  return {name: decay ** (top - depth(name)) for name in param_names}
 
 
 def update_loss_scale(loss_scale, finite, update_step=None, growth_interval=2000):
@@ -236,8 +269,10 @@ class AdamWeightDecayOptimizer(tf1.train.Optimizer):
                beta_2=0.999,
                epsilon=1e-6,
                exclude_from_weight_decay=None,
+               layer_lr_decay=1.0,
                name="AdamWeightDecayOptimizer"):
-    """Constructs an AdamWeightDecayOptimizer (rates may be Tensors)."""
+    """Constructs an AdamWeightDecayOptimizer (rates may be Tensors;
+    `layer_lr_decay` as in `layer_lr_multipliers`)."""
     super(AdamWeightDecayOptimizer, self).__init__(False, name)
     self.learning_rate = learning_rate
     self.weight_decay_rate = weight_decay_rate
@@ -245,6 +280,7 @@ class AdamWeightDecayOptimizer(tf1.train.Optimizer):
     self.beta_2 = beta_2
     self.epsilon = epsilon
     self.exclude_from_weight_decay = exclude_from_weight_decay
+    self.layer_lr_decay = layer_lr_decay
     self._slots_by_name = {}
 
   def create_slots(self, params):
@@ -258,6 +294,14 @@ class AdamWeightDecayOptimizer(tf1.train.Optimizer):
                            dtype=tf.float32, trainable=False,
                            initializer=tf1.zeros_initializer())
           for suffix in ("/adam_m", "/adam_v"))
+
+  def _learning_rates(self, learning_rate, params):
+    """Each of `params`'s rate (by variable name): `learning_rate` itself, or
+    times its layer's multiplier when `layer_lr_decay` is below 1."""
+    names = [self._get_variable_name(p.name) for p in params]
+    multipliers = layer_lr_multipliers(names, self.layer_lr_decay)
+    return {name: learning_rate if multipliers[name] == 1.0
+                  else learning_rate * multipliers[name] for name in names}
 
   def apply_gradients(self, grads_and_vars, global_step=None, name=None):
     """Applies one Adam-with-weight-decay update; returns the grouped op.
@@ -276,7 +320,7 @@ class AdamWeightDecayOptimizer(tf1.train.Optimizer):
     grads_and_vars = [(g, p) for g, p in grads_and_vars if g is not None and p is not None]
     self.create_slots([p for _, p in grads_and_vars])
     learning_rate = tf.convert_to_tensor(self.learning_rate, dtype=tf.float32)
-    decay = learning_rate * self.weight_decay_rate
+    rates = self._learning_rates(learning_rate, [p for _, p in grads_and_vars])
     # No bias correction: the kernel's rate is lr * sqrt(1 - 0) / (1 - 0) = lr.
     no_correction = tf.constant(0.0, dtype=tf.float32)
     updates = []
@@ -291,11 +335,12 @@ class AdamWeightDecayOptimizer(tf1.train.Optimizer):
         # waits for the (clipped, so fully computed) gradient: otherwise it could
         # run during the forward pass and change the weights that pass reads.
         with tf.control_dependencies([grad]):
+          decay = rates[param_name] * self.weight_decay_rate
           deps.append(param.assign_sub(decay * param, read_value=False))
       with tf.control_dependencies(deps):
         updates.append(tf.raw_ops.ResourceApplyAdam(
             var=param.handle, m=m.handle, v=v.handle, beta1_power=no_correction,
-            beta2_power=no_correction, lr=learning_rate, beta1=self.beta_1,
+            beta2_power=no_correction, lr=rates[param_name], beta1=self.beta_1,
             beta2=self.beta_2, epsilon=self.epsilon, grad=grad, use_locking=False))
     update_op = tf.group(*updates)
     if global_step is None:
@@ -373,6 +418,7 @@ class LambOptimizer(AdamWeightDecayOptimizer):
           name=self.get_name() + "/step", shape=[], dtype=tf.float32,
           trainable=False, initializer=tf1.zeros_initializer())
     learning_rate = tf.convert_to_tensor(self.learning_rate, dtype=tf.float32)
+    rates = self._learning_rates(learning_rate, [p for _, p in grads_and_vars])
     t = self._step + 1.0
     # 1 - beta^t as -expm1(t * log(beta)) with the log taken in float64: the
     # float32 1 - beta_2 is 1.3e-5 off (0.00099998713), and so would the step be.
@@ -399,7 +445,7 @@ class LambOptimizer(AdamWeightDecayOptimizer):
                          w_norm / tf.maximum(u_norm, 1e-30), 1.0)
       # The new weights are computed from the value before this step (the
       # decay term and the norm read `param`) before any assignment runs.
-      new_param = param - learning_rate * ratio * update
+      new_param = param - rates[param_name] * ratio * update
       updates.extend([param.assign(new_param, read_value=False),
                       m.assign(next_m, read_value=False),
                       v.assign(next_v, read_value=False)])

@@ -70,6 +70,11 @@ flags.DEFINE_float(
     "warmup_proportion", 0.1,
     "Proportion of training to perform linear learning rate warmup for. "
     "E.g., 0.1 = 10% of training.")
+flags.DEFINE_float(
+    "layer_lr_decay", 1.0,
+    "Layer-wise learning-rate decay, in (0, 1]: the pooler and classifier train at "
+    "--learning_rate, encoder layer i of L at decay^(L - i) times it, the embeddings "
+    "at decay^(L + 1). 1.0 (the default, Google's): one rate for all.")
 
 ## Horovod and run-control parameters (and those of distributed.define_runtime_flags)
 runner_common.define_flags(FLAGS)
@@ -122,6 +127,9 @@ def validate_flags(flags_obj):
   for name in ("learning_rate", "num_train_epochs"):
     if getattr(flags_obj, name) <= 0:
       raise InputError("--%s must be positive, got %g" % (name, getattr(flags_obj, name)))
+  if not 0.0 < flags_obj.layer_lr_decay <= 1.0:
+    raise InputError("--layer_lr_decay must be in (0, 1], got %g" %
+                     flags_obj.layer_lr_decay)
   if not 0.0 <= flags_obj.warmup_proportion < 1.0:
     raise InputError("--warmup_proportion must be in [0, 1), got %g" %
                      flags_obj.warmup_proportion)
@@ -161,7 +169,7 @@ def setup(flags_obj, runtime):
   The plan has the shared fields (see `runner_common.RunPlan`) and: task_name,
   bert_config, tokenizer, processor, label_list, vocab_file, do_lower_case,
   max_seq_length, train/eval/predict_examples (or None), num_train_steps,
-  num_warmup_steps, optimizer_name ("adamw"), save_checkpoints_steps,
+  num_warmup_steps, optimizer_name ("adamw"), layer_lr_decay, save_checkpoints_steps,
   sparse_embedding_allreduce, predict_batch_size, export_dir, pooling.
 
   Called from `main` only. Every rank runs this before any collective operation.
@@ -248,7 +256,8 @@ def setup(flags_obj, runtime):
       train_examples=train_examples, eval_examples=eval_examples,
       predict_examples=predict_examples,
       num_train_steps=num_train_steps, num_warmup_steps=num_warmup_steps,
-      optimizer_name="adamw", save_checkpoints_steps=save_checkpoints_steps,
+      optimizer_name="adamw", layer_lr_decay=flags_obj.layer_lr_decay,
+      save_checkpoints_steps=save_checkpoints_steps,
       sparse_embedding_allreduce=distributed.use_sparse_embedding_allreduce(
           flags_obj.embedding_allreduce, size, flags_obj.train_batch_size,
           flags_obj.max_seq_length, bert_config.vocab_size,
@@ -277,9 +286,11 @@ def train(plan):
 
   k = plan.accumulation_steps
   LOG.info("training: %d examples, %d processes x batch %d%s = global batch %d, "
-           "%d steps (%d warmup); %s", len(plan.train_examples),
+           "%d steps (%d warmup%s); %s", len(plan.train_examples),
            plan.size, plan.per_process_batch, " x %d accumulated" % k if k > 1 else "",
            plan.global_batch, plan.num_train_steps, plan.num_warmup_steps,
+           ", layer-wise rate decay %g" % plan.layer_lr_decay
+           if plan.layer_lr_decay != 1.0 else "",
            distributed.describe(plan.runtime, plan.compute_type, plan.use_xla,
                                 plan.fp16_allreduce, plan.sparse_embedding_allreduce))
 

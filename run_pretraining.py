@@ -128,8 +128,8 @@ def setup(flags_obj, runtime):
 
   The plan has the shared fields (see `runner_common.RunPlan`) and: bert_config,
   input_files, max_seq_length, max_predictions_per_seq, num_train_steps,
-  num_warmup_steps, optimizer_name, save_checkpoints_steps, max_eval_steps,
-  sparse_embedding_allreduce (False).
+  num_warmup_steps, optimizer_name, layer_lr_decay (1.0), save_checkpoints_steps,
+  max_eval_steps, sparse_embedding_allreduce (False).
 
   Called from `main` only. Every rank runs this before any collective operation.
   """
@@ -160,7 +160,8 @@ def setup(flags_obj, runtime):
       max_predictions_per_seq=flags_obj.max_predictions_per_seq,
       num_train_steps=flags_obj.num_train_steps,
       num_warmup_steps=flags_obj.num_warmup_steps,
-      optimizer_name=flags_obj.optimizer, sparse_embedding_allreduce=False,
+      optimizer_name=flags_obj.optimizer, layer_lr_decay=1.0,
+      sparse_embedding_allreduce=False,
       # A checkpoint between two updates, never inside an accumulation window.
       save_checkpoints_steps=distributed.checkpoint_interval(
           flags_obj.save_checkpoints_steps, flags_obj.gradient_accumulation_steps),

@@ -202,3 +202,33 @@ def test_mean_pooling_on_two_processes_is_recorded_and_enforced(tmp_path):
     assert ("error (rank %d): --pooling=cls, but %s says the model in --output_dir was "
             "trained with --pooling=mean" % (rank, os.path.join(out, "pooling.txt"))
            ) in output, output[-3000:]
+
+
+@requires("horovodrun")
+def test_layer_lr_decay_gives_each_depth_its_rate(tmp_path):
+  """--layer_lr_decay=0.5 on 2 processes x batch 4 against 1.0 on 1 x 8 (dropout 0,
+  one update, warmup 0): an update is linear in the rate, so every variable moves
+  by its multiplier times its move at 1.0, weight decay included: the
+  embeddings 0.5^3, encoder layers 0 and 1 0.5^2 and 0.5, pooler and classifier 1."""
+  task = write_task(str(tmp_path / "task"), n_train=96, dropout=0.0)
+  init = make_init_checkpoint(str(tmp_path / "init"), tiny_config(dropout=0.0))
+  common = ["--do_train", "--train_shuffle_buffer=0", "--max_train_steps=1",
+            "--warmup_proportion=0", "--learning_rate=1e-3", "--scale_learning_rate=false",
+            "--init_checkpoint=" + init]
+  plain, decayed = str(tmp_path / "plain"), str(tmp_path / "decayed")
+  assert_ok(run_job("python", 1, classifier_args(task, plain, "--train_batch_size=8",
+                                                 *common)))
+  proc = run_job("horovodrun", 2, classifier_args(
+      task, decayed, "--train_batch_size=4", "--layer_lr_decay=0.5", *common))
+  assert_ok(proc)
+  assert "layer-wise rate decay 0.5" in proc.stderr
+  initial = tf.train.load_checkpoint(init)
+  moves = [{name: value - initial.get_tensor(name)
+            for name, value in trained_weights(out).items()} for out in (plain, decayed)]
+  multipliers = {"bert/embeddings/": 0.125, "bert/encoder/layer_0/": 0.25,
+                 "bert/encoder/layer_1/": 0.5, "bert/pooler/": 1.0, "output_": 1.0}
+  for name, move in moves[0].items():
+    multiplier = [m for prefix, m in multipliers.items() if name.startswith(prefix)][0]
+    np.testing.assert_allclose(moves[1][name], multiplier * move, rtol=1e-3, atol=1e-7,
+                               err_msg=name)
+  assert sum(np.any(m != 0) for m in moves[0].values()) > 30

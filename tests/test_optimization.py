@@ -1,6 +1,7 @@
 """Tests of optimization.py: convergence, schedule, global step, weight-decay exclusion."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from distributed import hvd
@@ -158,3 +159,51 @@ def test_create_optimizer_lamb_with_accumulation_updates_once_per_k_steps():
       w_np, step, updates = sess.run([w, global_step, counter[0]])
   np.testing.assert_allclose(w_np, [0.4, 0.2, -0.5], rtol=5e-2, atol=5e-2)
   assert step == 200 and updates == 100
+
+
+def test_layer_lr_multipliers_by_depth():
+  """Embeddings at depth 0, encoder layer i at i + 1, the rest (pooler, heads) on
+  top: a variable at depth k of L layers gets decay ** (L + 1 - k)."""
+  names = ["bert/embeddings/word_embeddings", "bert/embeddings/LayerNorm/beta",
+           "bert/encoder/layer_0/attention/self/query/kernel",
+           "bert/encoder/layer_1/output/LayerNorm/gamma",
+           "bert/encoder/layer_10/output/dense/bias",
+           "bert/pooler/dense/kernel", "output_weights", "cls/predictions/output_bias"]
+  got = optimization.layer_lr_multipliers(names, 0.5)
+  # 11 layers (layer_10 is the last), so the top depth is 12.
+  want = [0.5 ** 12, 0.5 ** 12, 0.5 ** 11, 0.5 ** 10, 0.5, 1.0, 1.0, 1.0]
+  assert [got[n] for n in names] == want
+  assert set(optimization.layer_lr_multipliers(names, 1.0).values()) == {1.0}
+  # Without encoder layers everything is on top.
+  assert optimization.layer_lr_multipliers(["w", "bert/embeddings/x"], 0.5) == {
+      "w": 1.0, "bert/embeddings/x": 0.5}
+
+
+@pytest.mark.parametrize("optimizer_name", ["adamw", "lamb"])
+def test_layer_lr_decay_scales_each_variables_update(optimizer_name):
+  """One update with decay 0.5 moves each variable by its multiplier times the
+  move of the same update without decay (both optimizers' steps are linear in
+  the rate), weight decay included."""
+  names = ["bert/embeddings/word_embeddings", "bert/encoder/layer_0/dense/kernel",
+           "bert/encoder/layer_1/dense/kernel", "output_weights"]
+  rng = np.random.RandomState(5)
+  inits = [rng.normal(size=[3, 4]).astype(np.float32) for _ in names]
+  grads = [rng.normal(size=[3, 4]).astype(np.float32) for _ in names]
+
+  def one_step(layer_lr_decay):
+    with tf.Graph().as_default():
+      params = [tf1.get_variable(n, initializer=i) for n, i in zip(names, inits)]
+      opt = optimization.make_base_optimizer(optimizer_name, 0.01,
+                                             layer_lr_decay=layer_lr_decay)
+      train_op = opt.apply_gradients(
+          [(tf.constant(g), p) for g, p in zip(grads, params)])
+      with tf1.Session() as sess:
+        sess.run(tf1.global_variables_initializer())
+        sess.run(train_op)
+        return [v - i for v, i in zip(sess.run(params), inits)]
+
+  plain, decayed = one_step(1.0), one_step(0.5)
+  for name, p, d, mult in zip(names, plain, decayed, [0.125, 0.25, 0.5, 1.0]):
+    assert np.all(np.abs(p) > 1e-4), name
+    # Deltas of float32 weights near 1: resolution ~1e-7.
+    np.testing.assert_allclose(d, mult * p, rtol=1e-4, atol=2e-7, err_msg=name)

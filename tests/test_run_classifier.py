@@ -224,3 +224,9 @@ def test_speed_flag_conflicts_are_input_errors(overrides, message):
   rc.validate_flags(flag_values())  # the defaults are valid
   with pytest.raises(rc.InputError, match=message):
     rc.validate_flags(flag_values(**overrides))
+
+
+@pytest.mark.parametrize("value", [0.0, -0.5, 1.5])
+def test_layer_lr_decay_outside_zero_one_is_an_input_error(value):
+  with pytest.raises(rc.InputError, match=r"--layer_lr_decay must be in \(0, 1\], got %g" % value):
+    rc.validate_flags(flag_values(layer_lr_decay=value))
