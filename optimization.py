@@ -295,13 +295,14 @@ class AdamWeightDecayOptimizer(tf1.train.Optimizer):
                            initializer=tf1.zeros_initializer())
           for suffix in ("/adam_m", "/adam_v"))
 
-  def _learning_rates(self, learning_rate, params):
-    """Each of `params`'s rate (by variable name): `learning_rate` itself, or
-    times its layer's multiplier when `layer_lr_decay` is below 1."""
+  def _per_variable(self, rate, params):
+    """`rate` (a scalar Tensor) for each of `params` by variable name, times its
+    layer's multiplier when `layer_lr_decay` is below 1: one Tensor per distinct
+    multiplier, and `rate` itself where it is 1."""
     names = [self._get_variable_name(p.name) for p in params]
     multipliers = layer_lr_multipliers(names, self.layer_lr_decay)
-    return {name: learning_rate if multipliers[name] == 1.0
-                  else learning_rate * multipliers[name] for name in names}
+    scaled = {m: rate if m == 1.0 else rate * m for m in set(multipliers.values())}
+    return {name: scaled[multipliers[name]] for name in names}
 
   def apply_gradients(self, grads_and_vars, global_step=None, name=None):
     """Applies one Adam-with-weight-decay update; returns the grouped op.
@@ -320,7 +321,9 @@ class AdamWeightDecayOptimizer(tf1.train.Optimizer):
     grads_and_vars = [(g, p) for g, p in grads_and_vars if g is not None and p is not None]
     self.create_slots([p for _, p in grads_and_vars])
     learning_rate = tf.convert_to_tensor(self.learning_rate, dtype=tf.float32)
-    rates = self._learning_rates(learning_rate, [p for _, p in grads_and_vars])
+    params = [p for _, p in grads_and_vars]
+    rates = self._per_variable(learning_rate, params)
+    decays = self._per_variable(learning_rate * self.weight_decay_rate, params)
     # No bias correction: the kernel's rate is lr * sqrt(1 - 0) / (1 - 0) = lr.
     no_correction = tf.constant(0.0, dtype=tf.float32)
     updates = []
@@ -335,8 +338,7 @@ class AdamWeightDecayOptimizer(tf1.train.Optimizer):
         # waits for the (clipped, so fully computed) gradient: otherwise it could
         # run during the forward pass and change the weights that pass reads.
         with tf.control_dependencies([grad]):
-          decay = rates[param_name] * self.weight_decay_rate
-          deps.append(param.assign_sub(decay * param, read_value=False))
+          deps.append(param.assign_sub(decays[param_name] * param, read_value=False))
       with tf.control_dependencies(deps):
         updates.append(tf.raw_ops.ResourceApplyAdam(
             var=param.handle, m=m.handle, v=v.handle, beta1_power=no_correction,
@@ -418,7 +420,7 @@ class LambOptimizer(AdamWeightDecayOptimizer):
           name=self.get_name() + "/step", shape=[], dtype=tf.float32,
           trainable=False, initializer=tf1.zeros_initializer())
     learning_rate = tf.convert_to_tensor(self.learning_rate, dtype=tf.float32)
-    rates = self._learning_rates(learning_rate, [p for _, p in grads_and_vars])
+    rates = self._per_variable(learning_rate, [p for _, p in grads_and_vars])
     t = self._step + 1.0
     # 1 - beta^t as -expm1(t * log(beta)) with the log taken in float64: the
     # float32 1 - beta_2 is 1.3e-5 off (0.00099998713), and so would the step be.
