@@ -112,12 +112,15 @@ launch() {
 
 # `run_child CMD...`: runs CMD in a process group of its own and passes SIGINT and
 # SIGTERM on to that whole group as SIGTERM (bash would otherwise end alone and
-# leave the job running); returns CMD's exit status. SIGKILL cannot be passed on.
+# leave the job running); returns CMD's exit status, or 128 + the signal's number
+# where a signal stopped a CMD that then exited 0 (a job it stopped is not done).
+# SIGKILL cannot be passed on.
 run_child() {
   local child="" rc=0 signalled=0
   # Trapped before the job starts: a signal that comes first is passed on as soon
   # as the job's pid is known.
-  trap 'signalled=1; [ -z "$child" ] || stop_group "$child"' INT TERM
+  trap 'signalled=130; [ -z "$child" ] || stop_group "$child"' INT
+  trap 'signalled=143; [ -z "$child" ] || stop_group "$child"' TERM
   if command -v setsid >/dev/null 2>&1; then
     setsid -w "$@" &  # not a group leader, so setsid execs CMD: $! leads the group
   else
@@ -130,6 +133,7 @@ run_child() {
   while kill -0 "$child" 2>/dev/null; do wait "$child" || true; done
   wait "$child" || rc=$?
   trap - INT TERM
+  [ "$rc" != 0 ] || rc="$signalled"
   return "$rc"
 }
 

@@ -21,7 +21,8 @@
 #   --verbose                  horovodrun --verbose
 #   --python PATH              interpreter (default: .venv/bin/python of the repo, else python3)
 #   --script PATH              training script (default: run_classifier.py at the repo root)
-#   --horovodrun PATH          horovodrun executable (default: next to --python, else on PATH)
+#   --horovodrun PATH          horovodrun executable (default: next to --python, else on
+#                              PATH; with --gloo, scripts/gloo_horovodrun.py run by --python)
 #   --dry_run                  print the exact command and run nothing
 #   -h, --help                 this help
 #
@@ -67,7 +68,11 @@ if [ -n "$STALL_WARN" ] && [ -n "$STALL_SHUTDOWN" ] && [ "$STALL_SHUTDOWN" -ne 0
 fi
 
 [ -n "$PYTHON" ] || PYTHON="$(default_python)"
-if [ -z "$HOROVODRUN" ]; then
+if [ -z "$HOROVODRUN" ] && [ "$CONTROLLER" = gloo ]; then
+  # Horovod: Horovod's launcher in the chosen python's process, with an exit status
+  # that is never 0 after SIGINT/SIGTERM stopped the job (scripts/gloo_horovodrun.py).
+  HOROVODRUN=("$PYTHON" "$ROOT/scripts/gloo_horovodrun.py")
+elif [ -z "$HOROVODRUN" ]; then
   # The horovodrun installed with the chosen python, else the one on PATH.
   py_bin="$(dirname "$PYTHON")"
   if [ "$py_bin" != "." ] && [ -x "$py_bin/horovodrun" ]; then
@@ -77,7 +82,7 @@ if [ -z "$HOROVODRUN" ]; then
   fi
 fi
 
-CMD=("$HOROVODRUN" -np "$NP")
+CMD=("${HOROVODRUN[@]}" -np "$NP")
 [ -z "$HOSTS" ] || CMD+=(-H "$HOSTS")
 [ -z "$HOSTFILE" ] || CMD+=(-hostfile "$HOSTFILE")
 for nic in ${NICS[@]+"${NICS[@]}"}; do CMD+=(--network-interface "$nic"); done

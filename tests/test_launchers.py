@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -138,7 +139,9 @@ def test_horovodrun_dry_run_maps_every_option():
 
 def test_horovodrun_dry_run_defaults_and_hostfile(tmp_path):
   cmd, _ = dry_run(HOROVODRUN_SH, "--np", "2", "--gloo", "--dry_run", "--", "--do_train")
-  assert cmd[1:] == ["-np", "2", "--gloo", DEFAULT_PYTHON, RUN_CLASSIFIER, "--do_train"]
+  # Over Gloo, Horovod's launcher runs in the chosen python (gloo_horovodrun.py).
+  assert cmd == [DEFAULT_PYTHON, os.path.join(SCRIPTS, "gloo_horovodrun.py"), "-np", "2",
+                 "--gloo", DEFAULT_PYTHON, RUN_CLASSIFIER, "--do_train"]
   cmd, _ = dry_run(HOROVODRUN_SH, "--np", "2", "--hostfile", str(tmp_path / "h"),
                    "--dry_run")
   assert cmd[1:5] == ["-np", "2", "-hostfile", str(tmp_path / "h")]
@@ -151,9 +154,11 @@ def test_horovodrun_dry_run_options_exist_in_horovodrun():
   cmd, _ = dry_run(HOROVODRUN_SH, "--np", "2", "--hosts", "h:2", "--network_interface",
                    "lo", "--gloo", "--timeline", "t.json", "--stall_warning_secs", "5",
                    "--stall_shutdown_secs", "9", "--dry_run")
-  proc = run([cmd[0], "--help"], timeout=120)
+  launcher = cmd[:cmd.index("-np")]  # python gloo_horovodrun.py: horovodrun's options
+  proc = run(launcher + ["--help"], timeout=120)
   assert_ok(proc)
-  for word in cmd[1:cmd.index(DEFAULT_PYTHON)]:
+  assert "usage: horovodrun" in proc.stdout
+  for word in cmd[len(launcher):cmd.index(DEFAULT_PYTHON, len(launcher))]:
     if word.startswith("-"):
       assert word in proc.stdout, "horovodrun has no option %s" % word
 
@@ -232,12 +237,15 @@ def test_launchers_share_one_core():
     assert ".venv/bin/python\" ]" not in text, script  # the default python: core only
 
 
+@pytest.mark.parametrize("child_status", [143, 0])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
-def test_run_child_passes_signals_on_to_the_job(tmp_path, sig):
-  """A script that runs the job as a child (run_demo.sh) must not die alone."""
+def test_run_child_passes_signals_on_to_the_job(tmp_path, sig, child_status):
+  """A script that runs the job as a child (run_demo.sh) must not die alone, and a
+  job it stopped is not reported done: a child that exits 0 on SIGTERM gives 128 +
+  the number of the signal the script got."""
   marker = tmp_path / "child_got_term"
-  child = ("trap 'echo TERM > %s; exit 143' TERM; echo started; "
-           "while :; do sleep 0.1; done" % marker)
+  child = ("trap 'echo TERM > %s; exit %d' TERM; echo started; "
+           "while :; do sleep 0.1; done" % (marker, child_status))
   parent = tmp_path / "parent.sh"
   parent.write_text('set -euo pipefail\nsource "%s"\nrc=0\nrun_child bash -c "%s" || rc=$?\n'
                     'echo "child ended with $rc"\n' % (LAUNCH_COMMON, child))
@@ -253,7 +261,47 @@ def test_run_child_passes_signals_on_to_the_job(tmp_path, sig):
     except ProcessLookupError:
       pass
   assert marker.exists(), "the child never got SIGTERM"
-  assert out == "child ended with 143\n"
+  assert out == "child ended with %d\n" % (child_status or 128 + sig)
+
+
+# A rank that ends on SIGTERM with status 0 (as a job that saves and exits might):
+# horovodrun over Gloo then reports success, however the job was stopped.
+RANK_EXITING_0 = """import signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+print("rank up", flush=True)
+time.sleep(120)
+"""
+
+
+@requires("horovodrun")
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_gloo_job_stopped_by_a_signal_never_exits_0(tmp_path, sig):
+  """run_horovodrun.sh --gloo exits 128 + the signal's number after a signal ended
+  its ranks, even when every rank exits 0 (horovodrun itself would exit 0)."""
+  script = tmp_path / "rank.py"
+  script.write_text(RANK_EXITING_0)
+  log_path = tmp_path / "log"
+  with open(log_path, "w") as log:
+    proc = subprocess.Popen(
+        ["bash", HOROVODRUN_SH, "--np", "2", "--gloo", "--python", sys.executable,
+         "--script", str(script)], cwd=ROOT, env=job_env(), stdout=log,
+        stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+      deadline = time.time() + HANG_GUARD
+      while log_path.read_text().count("rank up") < 2:
+        assert proc.poll() is None and time.time() < deadline, log_path.read_text()
+        time.sleep(0.2)
+      os.kill(proc.pid, sig)
+      proc.wait(timeout=60)
+    finally:
+      try:
+        os.killpg(proc.pid, signal.SIGKILL)
+      except ProcessLookupError:
+        pass
+      proc.wait()
+  text = log_path.read_text()
+  assert proc.returncode == 128 + sig, text[-3000:]
+  assert "stopped by %s before the job finished" % sig.name in text, text[-3000:]
 
 
 def test_sbatch_help_and_dry_run_flag(tmp_path):
