@@ -253,11 +253,35 @@ class BertModel(object):
     return self.embedding_table
 
 
+_GELU_A = 0.044715
+_GELU_B = math.sqrt(2 / math.pi)
+
+
+@tf.custom_gradient
 def gelu(x):
-  """Gaussian Error Linear Unit, tanh approximation (as in Google's BERT)."""
-  cdf = 0.5 * (1.0 + tf.tanh(
-      (math.sqrt(2 / math.pi) * (x + 0.044715 * tf.pow(x, 3)))))
-  return x * cdf
+  """Gaussian Error Linear Unit, tanh approximation (as in Google's BERT).
+
+  gelu(x) = x * c, c = 0.5 * (1 + tanh(B * (x + A * x^3))). The derivative is
+  written out (c + 0.5 * x * (1 - t^2) * B * (1 + 3 * A * x^2), t the tanh): 15
+  element-wise passes over the activations forward and backward instead of the
+  ~22 that differentiating the formula op by op takes; on CPU each pass costs
+  about as much as the arithmetic.
+
+  Args:
+    x: float Tensor of any shape (the intermediate activations, [N, intermediate]).
+
+  Returns:
+    Tensor of x's shape and dtype.
+  """
+  x2 = x * x
+  t = tf.tanh(x * (x2 * (_GELU_A * _GELU_B) + _GELU_B))
+  c = t * 0.5 + 0.5
+
+  def grad(dy):
+    slope = x2 * (1.5 * _GELU_A * _GELU_B) + 0.5 * _GELU_B
+    return dy * c + tf.raw_ops.TanhGrad(y=t, dy=dy * x) * slope
+
+  return x * c, grad
 
 
 def gelu_exact(x):
@@ -386,9 +410,31 @@ def layer_norm(input_tensor, name=None):
     gamma = tf1.get_variable("gamma", [depth], initializer=tf1.ones_initializer())
     beta = tf1.get_variable("beta", [depth], initializer=tf1.zeros_initializer())
     x = tf.cast(input_tensor, tf.float32)
-    mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
-    inv = tf.math.rsqrt(variance + 1e-12) * gamma
-    return tf.cast((x - mean) * inv + beta, input_tensor.dtype)
+    return tf.cast(_normalize(x, gamma, beta), input_tensor.dtype)
+
+
+@tf.custom_gradient
+def _normalize(x, gamma, beta):
+  """(x - mean) / sqrt(variance + 1e-12) * gamma + beta over the last axis.
+
+  The gradient is written out (dx = inv * (g - mean(g) - xhat * mean(g * xhat)),
+  g = dy * gamma): fewer element-wise passes than differentiating op by op.
+
+  Args:
+    x: float32 Tensor [..., H]; gamma, beta: float32 [H].
+  """
+  mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+  inv = tf.math.rsqrt(variance + 1e-12)
+  xhat = (x - mean) * inv
+
+  def grad(dy):
+    outer = list(range(len(x.shape) - 1))
+    g = dy * gamma
+    dx = inv * (g - tf.reduce_mean(g, -1, keepdims=True)
+                - xhat * tf.reduce_mean(g * xhat, -1, keepdims=True))
+    return dx, tf.reduce_sum(dy * xhat, outer), tf.reduce_sum(dy, outer)
+
+  return xhat * gamma + beta, grad
 
 
 def layer_norm_and_dropout(input_tensor, dropout_prob, name=None):
