@@ -20,7 +20,7 @@ LOG = train_metrics.LOG
 class InputExample(object):
   """A single training/test example for simple sequence classification."""
 
-  def __init__(self, guid, text_a, text_b=None, label=None):
+  def __init__(self, guid, text_a, text_b=None, label=None, teacher_probs=None):
     """Constructs a InputExample.
 
     Args:
@@ -28,22 +28,27 @@ class InputExample(object):
       text_a: string. The untokenized text of the first sequence.
       text_b: (Optional) string. The untokenized text of the second sequence.
       label: (Optional) string. The label of the example.
+      teacher_probs: (Optional) list of float, a teacher model's probability of
+        each label (label list order), the soft target of distillation.
     """
     self.guid = guid
     self.text_a = text_a
     self.text_b = text_b
     self.label = label
+    self.teacher_probs = teacher_probs
 
 
 class InputFeatures(object):
   """A single set of features of data."""
 
-  def __init__(self, input_ids, input_mask, segment_ids, label_id, is_real_example=True):
+  def __init__(self, input_ids, input_mask, segment_ids, label_id, is_real_example=True,
+               teacher_probs=None):
     self.input_ids = input_ids
     self.input_mask = input_mask
     self.segment_ids = segment_ids
     self.label_id = label_id
     self.is_real_example = is_real_example
+    self.teacher_probs = teacher_probs
 
 
 class DataProcessor(object):
@@ -329,7 +334,8 @@ def convert_single_example(ex_index, example, label_map, max_seq_length, tokeniz
   if ex_index < 2:
     LOG.debug("*** Example %s ***\ntokens: %s\nlabel: %s", example.guid,
               " ".join(tokens), example.label)
-  return InputFeatures(input_ids, input_mask, segment_ids, label_map[example.label])
+  return InputFeatures(input_ids, input_mask, segment_ids, label_map[example.label],
+                       teacher_probs=example.teacher_probs)
 
 
 def examples_fingerprint(examples, label_list, max_seq_length, tokenizer):
@@ -339,8 +345,8 @@ def examples_fingerprint(examples, label_list, max_seq_length, tokenizer):
                        tokenizer.basic_tokenizer.do_lower_case]).encode("utf-8"))
   h.update("\n".join(tokenizer.vocab).encode("utf-8"))
   for ex in examples:
-    h.update(("%s\0%s\0%s\0%s\n" % (ex.guid, ex.text_a, ex.text_b, ex.label)).encode(
-        "utf-8"))
+    h.update(("%s\0%s\0%s\0%s\0%s\n" % (ex.guid, ex.text_a, ex.text_b, ex.label,
+                                       ex.teacher_probs)).encode("utf-8"))
   return h.hexdigest()
 
 
@@ -394,11 +400,15 @@ def _features_to_tf_example(feature):
   features["segment_ids"] = int_feature(feature.segment_ids)
   features["label_ids"] = int_feature([feature.label_id])
   features["is_real_example"] = int_feature([int(feature.is_real_example)])
+  if feature.teacher_probs is not None:
+    features["teacher_probs"] = tf.train.Feature(
+        float_list=tf.train.FloatList(value=list(feature.teacher_probs)))
   return tf.train.Example(features=tf.train.Features(feature=features))
 
 
 def file_based_input_fn_builder(input_file, seq_length, batch_size, is_training,
-                                shuffle_buffer=0, seed=None, skip_examples=0):
+                                shuffle_buffer=0, seed=None, skip_examples=0,
+                                num_teacher_labels=0):
   """Creates an `input_fn` over a TFRecord file.
 
   Training input repeats forever (the step count, identical on every rank, ends
@@ -409,7 +419,8 @@ def file_based_input_fn_builder(input_file, seq_length, batch_size, is_training,
   Returns:
     input_fn() -> tf.data.Dataset of dicts of int32 Tensors of shape
     [batch_size, seq_length] ("input_ids", "input_mask", "segment_ids") and
-    [batch_size] ("label_ids", "is_real_example").
+    [batch_size] ("label_ids", "is_real_example"); with `num_teacher_labels` > 0
+    also a float32 Tensor [batch_size, num_teacher_labels] ("teacher_probs").
   """
   name_to_features = {
       "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
@@ -418,10 +429,14 @@ def file_based_input_fn_builder(input_file, seq_length, batch_size, is_training,
       "label_ids": tf.io.FixedLenFeature([], tf.int64),
       "is_real_example": tf.io.FixedLenFeature([], tf.int64),
   }
+  if num_teacher_labels:
+    name_to_features["teacher_probs"] = tf.io.FixedLenFeature([num_teacher_labels],
+                                                              tf.float32)
 
   def _decode_batch(records):
     example = tf.io.parse_example(records, name_to_features)
-    return {k: tf.cast(v, tf.int32) for k, v in example.items()}
+    return {k: v if v.dtype == tf.float32 else tf.cast(v, tf.int32)
+            for k, v in example.items()}
 
   def input_fn(params=None):
     del params
@@ -462,3 +477,41 @@ def check_labels(examples, label_list, path):
     if ex.label not in known:
       raise InputError("%s: %s: label %r is not among the training labels %s" %
                        (path, ex.guid, ex.label, label_list))
+
+
+def attach_teacher_probs(path, examples, label_list):
+  """Sets each example's `teacher_probs` from a teacher file.
+
+  The file (as `data/baseline_ngram.py --teacher_file` writes it) is tab-separated:
+  a header `guid<TAB>label...` naming every label of `label_list` (any order), then
+  one `guid<TAB>probability...` row per example. Rows of other ids are ignored.
+
+  Raises:
+    InputError: naming the file (and line) of a malformed header or row, a
+      probability outside [0, 1] or a row not summing to 1, or the first example
+      that has no row.
+  """
+  lines = read_text_file(path).split("\n")
+  header = lines[0].rstrip("\r").split("\t")
+  if header[0] != "guid" or sorted(header[1:]) != sorted(label_list):
+    raise InputError("%s:1: expected the header 'guid<TAB>label...' with the labels %s, "
+                     "got %r" % (path, label_list, lines[0][:200]))
+  order = [header.index(label) - 1 for label in label_list]
+  rows = {}
+  for number, line in enumerate(lines[1:], 2):
+    fields = line.rstrip("\r").split("\t")
+    if not line.strip():
+      continue
+    try:
+      if len(fields) != len(header):
+        raise ValueError("%d fields, expected %d" % (len(fields), len(header)))
+      probs = [float(f) for f in fields[1:]]
+      if not all(0.0 <= p <= 1.0 for p in probs) or abs(sum(probs) - 1.0) > 1e-3:
+        raise ValueError("probabilities must be in [0, 1] and sum to 1")
+    except ValueError as e:
+      raise InputError("%s:%d: %s" % (path, number, e))
+    rows[fields[0]] = [probs[i] for i in order]
+  for ex in examples:
+    if ex.guid not in rows:
+      raise InputError("%s: no row for training example %s" % (path, ex.guid))
+    ex.teacher_probs = rows[ex.guid]

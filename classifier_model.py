@@ -35,7 +35,8 @@ def sentence_representation(model, input_mask, pooling):
 
 
 def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, labels,
-                 num_labels, compute_type=tf.float32, pooling="cls"):
+                 num_labels, compute_type=tf.float32, pooling="cls", teacher_probs=None,
+                 teacher_weight=0.0):
   """Creates a classification model: a sentence vector, dropout, a linear layer.
 
   Args:
@@ -46,6 +47,11 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, l
     num_labels: int.
     compute_type: dtype of the encoder's activations (mixed precision).
     pooling: "cls" or "mean", see `sentence_representation`.
+    teacher_probs: optional float32 Tensor of shape [batch_size, num_labels], a
+      teacher's probabilities (distillation).
+    teacher_weight: float in [0, 1]; with `teacher_probs`, each example's loss is
+      (1 - teacher_weight) x cross-entropy with its label + teacher_weight x
+      cross-entropy with the teacher's probabilities.
 
   Returns:
     (loss, per_example_loss, logits, probabilities): a scalar mean loss and
@@ -71,7 +77,11 @@ def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, l
     probabilities = tf.nn.softmax(logits, axis=-1)
     log_probs = tf.nn.log_softmax(logits, axis=-1)
     one_hot_labels = tf.one_hot(labels, depth=num_labels, dtype=tf.float32)
-    per_example_loss = -tf.reduce_sum(one_hot_labels * log_probs, axis=-1)
+    targets = one_hot_labels
+    if teacher_probs is not None:
+      targets = ((1.0 - teacher_weight) * one_hot_labels +
+                 teacher_weight * tf.cast(teacher_probs, tf.float32))
+    per_example_loss = -tf.reduce_sum(targets * log_probs, axis=-1)
     loss = tf.reduce_mean(per_example_loss)
     return (loss, per_example_loss, logits, probabilities)
 
@@ -111,7 +121,7 @@ def metric_fn(per_example_loss, label_ids, logits, is_real_example, num_labels,
 
 def model_fn_builder(bert_config, num_labels, init_checkpoint, optimizer_settings,
                      task_name="tsv", training_hooks_fn=None, compute_type=tf.float32,
-                     pooling="cls"):
+                     pooling="cls", teacher_weight=0.0):
   """Returns the `model_fn` closure for the Estimator.
 
   Args:
@@ -126,6 +136,8 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, optimizer_setting
     compute_type: tf.float32, or tf.bfloat16 / tf.float16 for mixed precision
       (float16 needs optimizer_settings.dynamic_loss_scale).
     pooling: "cls" or "mean", see `sentence_representation`.
+    teacher_weight: float, the weight of the teacher's probabilities in the
+      training loss when the features carry "teacher_probs" (see `create_model`).
   """
 
   def model_fn(features, labels, mode, params):
@@ -140,7 +152,9 @@ def model_fn_builder(bert_config, num_labels, init_checkpoint, optimizer_setting
     (total_loss, per_example_loss, logits, probabilities) = create_model(
         bert_config, is_training, input_ids, input_mask, segment_ids, label_ids,
         num_labels, compute_type=compute_type if is_training else tf.float32,
-        pooling=pooling)
+        pooling=pooling,
+        teacher_probs=features.get("teacher_probs") if is_training else None,
+        teacher_weight=teacher_weight)
 
     if init_checkpoint:
       modeling.init_from_checkpoint(init_checkpoint)

@@ -107,6 +107,16 @@ flags.DEFINE_enum(
     "token (Google's), or 'mean', the mean of the last layer over the real tokens. "
     "Recorded in output_dir/pooling.txt; later runs on that output_dir must match.")
 flags.DEFINE_string(
+    "teacher_file", None,
+    "Distillation: a file of a teacher model's probabilities for the training "
+    "examples (header 'guid<TAB>label...', then 'guid<TAB>probability...' per "
+    "example; data/baseline_ngram.py --teacher_file writes one). The training loss "
+    "mixes the label's cross-entropy with the teacher's, see --teacher_weight.")
+flags.DEFINE_float(
+    "teacher_weight", 0.5,
+    "With --teacher_file: each training example's loss is (1 - w) x cross-entropy "
+    "with its label + w x cross-entropy with the teacher's probabilities, w in [0, 1].")
+flags.DEFINE_string(
     "export_dir", None,
     "If set, rank 0 writes a SavedModel of the final checkpoint here (serving "
     "signature: input_ids, input_mask, segment_ids -> probabilities).")
@@ -130,6 +140,9 @@ def validate_flags(flags_obj):
   if not 0.0 < flags_obj.layer_lr_decay <= 1.0:
     raise InputError("--layer_lr_decay must be in (0, 1], got %g" %
                      flags_obj.layer_lr_decay)
+  if not 0.0 <= flags_obj.teacher_weight <= 1.0:
+    raise InputError("--teacher_weight must be in [0, 1], got %g" %
+                     flags_obj.teacher_weight)
   if not 0.0 <= flags_obj.warmup_proportion < 1.0:
     raise InputError("--warmup_proportion must be in [0, 1), got %g" %
                      flags_obj.warmup_proportion)
@@ -170,7 +183,8 @@ def setup(flags_obj, runtime):
   bert_config, tokenizer, processor, label_list, vocab_file, do_lower_case,
   max_seq_length, train/eval/predict_examples (or None), num_train_steps,
   num_warmup_steps, optimizer_name ("adamw"), layer_lr_decay, save_checkpoints_steps,
-  sparse_embedding_allreduce, predict_batch_size, export_dir, pooling.
+  sparse_embedding_allreduce, predict_batch_size, export_dir, pooling,
+  teacher_weight, num_teacher_labels (0 without --teacher_file).
 
   Called from `main` only. Every rank runs this before any collective operation.
   """
@@ -214,6 +228,9 @@ def setup(flags_obj, runtime):
                        "needs at least one (start fewer processes)" %
                        (train_path, len(train_examples),
                         "" if len(train_examples) == 1 else "s", size))
+    if flags_obj.teacher_file:
+      classifier_data.attach_teacher_probs(flags_obj.teacher_file, train_examples,
+                                           label_list)
 
   eval_examples = predict_examples = None
   # Horovod: evaluation and prediction run on rank 0 only.
@@ -265,6 +282,9 @@ def setup(flags_obj, runtime):
           flags_obj.fp16_allreduce),
       predict_batch_size=flags_obj.predict_batch_size,
       export_dir=flags_obj.export_dir, pooling=flags_obj.pooling,
+      teacher_weight=flags_obj.teacher_weight,
+      num_teacher_labels=(len(label_list) if flags_obj.teacher_file and train_examples
+                          else 0),
       **runner_common.shared_plan_fields(flags_obj, runtime))
 
 
@@ -272,7 +292,7 @@ def make_estimator(plan):
   """An Estimator of the classifier for this rank."""
   return runner_common.make_estimator(plan, classifier_model.model_fn_builder(
       num_labels=len(plan.label_list), task_name=plan.task_name, pooling=plan.pooling,
-      **runner_common.model_fn_args(plan)))
+      teacher_weight=plan.teacher_weight, **runner_common.model_fn_args(plan)))
 
 
 def train(plan):
@@ -286,11 +306,12 @@ def train(plan):
 
   k = plan.accumulation_steps
   LOG.info("training: %d examples, %d processes x batch %d%s = global batch %d, "
-           "%d steps (%d warmup%s); %s", len(plan.train_examples),
+           "%d steps (%d warmup%s%s); %s", len(plan.train_examples),
            plan.size, plan.per_process_batch, " x %d accumulated" % k if k > 1 else "",
            plan.global_batch, plan.num_train_steps, plan.num_warmup_steps,
            ", layer-wise rate decay %g" % plan.layer_lr_decay
            if plan.layer_lr_decay != 1.0 else "",
+           ", teacher weight %g" % plan.teacher_weight if plan.num_teacher_labels else "",
            distributed.describe(plan.runtime, plan.compute_type, plan.use_xla,
                                 plan.fp16_allreduce, plan.sparse_embedding_allreduce))
 
@@ -300,7 +321,8 @@ def train(plan):
         # Horovod: a seed per rank, so the ranks' shuffle buffers differ.
         shuffle_buffer=plan.shuffle_buffer, seed=plan.seed + plan.rank,
         skip_examples=distributed.resume_position(start_step, plan.per_process_batch,
-                                                  len(shard), plan.shuffle_buffer))
+                                                  len(shard), plan.shuffle_buffer),
+        num_teacher_labels=plan.num_teacher_labels)
 
   # Horovod: every rank resumes from rank 0's checkpoint and stops at the same step.
   distributed.train_to_step(lambda: make_estimator(plan), input_fn_for_step,

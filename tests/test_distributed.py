@@ -204,6 +204,52 @@ def test_mean_pooling_on_two_processes_is_recorded_and_enforced(tmp_path):
            ) in output, output[-3000:]
 
 
+def write_teacher_file(task_dir, path, flip):
+  """A teacher file for task_dir/train.tsv: 0.95 on each example's label, or on
+  the other label with `flip`."""
+  rows = ["guid\t1\t0"]  # the columns in another order than the label list
+  with open(os.path.join(task_dir, "train.tsv")) as f:
+    for number, line in enumerate(f, 1):
+      label = int(line.split("\t")[0])
+      p_one = 0.95 if (label == 1) != flip else 0.05
+      rows.append("train-%d\t%g\t%g" % (number, p_one, 1.0 - p_one))
+  with open(path, "w") as f:
+    f.write("\n".join(rows) + "\n")
+  return path
+
+
+@requires("horovodrun")
+def test_teacher_file_steers_training_on_two_processes(tmp_path):
+  """--teacher_weight=1 trains on the teacher's probabilities alone: a teacher that
+  contradicts every label teaches the contradiction (dev accuracy near 0, where the
+  labels alone reach >= 0.8 in test_mean_pooling_on_two_processes_...); a teacher
+  file missing an example is refused on every rank."""
+  task = write_task(str(tmp_path / "task"))
+  init = make_init_checkpoint(str(tmp_path / "init"), tiny_config())
+  out = str(tmp_path / "out")
+  teacher = write_teacher_file(task, str(tmp_path / "teacher.tsv"), flip=True)
+  proc = run_job("horovodrun", 2, classifier_args(
+      task, out, "--do_train", "--do_eval", "--train_batch_size=4",
+      "--num_train_epochs=4", "--pooling=mean", "--init_checkpoint=" + init,
+      "--teacher_file=" + teacher, "--teacher_weight=1"))
+  assert_ok(proc)
+  assert "teacher weight 1" in proc.stderr
+  results = read_eval_results(os.path.join(out, "eval_results.txt"))
+  assert results["eval_accuracy"] <= 0.2, results
+
+  with open(teacher) as f:
+    lines = f.readlines()
+  with open(teacher, "w") as f:
+    f.writelines(lines[:5] + lines[6:])
+  proc = run_job("horovodrun", 2, classifier_args(
+      task, str(tmp_path / "out2"), "--do_train", "--teacher_file=" + teacher))
+  output = proc.stdout + proc.stderr
+  assert proc.returncode != 0 and "Exit code: 2" in output, output[-3000:]
+  for rank in (0, 1):
+    assert ("error (rank %d): %s: no row for training example train-5" % (rank, teacher)
+            ) in output, output[-3000:]
+
+
 @requires("horovodrun")
 def test_layer_lr_decay_gives_each_depth_its_rate(tmp_path):
   """--layer_lr_decay=0.5 on 2 processes x batch 4 against 1.0 on 1 x 8 (dropout 0,

@@ -228,3 +228,26 @@ def test_gelu_and_layer_norm_gradients_match_the_formulas():
   for got, want in zip(values_and_gradients(modeling._normalize, [x, gamma, beta]),
                        values_and_gradients(reference_layer_norm, [x, gamma, beta])):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_teacher_probabilities_mix_into_the_training_loss():
+  """With teacher_probs, each example's loss is (1 - w) x CE(label) + w x CE(teacher)."""
+  config = modeling.BertConfig.from_dict(tiny_config(dropout=0.0))
+  rng = np.random.RandomState(0)
+  labels = np.array([0, 1, 1])
+  teacher = np.array([[0.9, 0.1], [0.3, 0.7], [0.8, 0.2]], np.float32)
+  for weight in (0.0, 0.3, 1.0):
+    with tf.Graph().as_default():
+      loss, per_example, _, probs = classifier_model.create_model(
+          config, False, tf.constant(rng.randint(5, 20, (3, 7)), tf.int32),
+          tf.ones([3, 7], tf.int32), tf.zeros([3, 7], tf.int32),
+          tf.constant(labels, tf.int32), 2, teacher_probs=tf.constant(teacher),
+          teacher_weight=weight)
+      with tf1.Session() as sess:
+        sess.run(tf1.global_variables_initializer())
+        loss, per_example, probs = sess.run([loss, per_example, probs])
+    log_p = np.log(probs)
+    expected = ((1.0 - weight) * -log_p[np.arange(3), labels] +
+                weight * -(teacher * log_p).sum(axis=1))
+    np.testing.assert_allclose(per_example, expected, rtol=1e-5)
+    np.testing.assert_allclose(loss, expected.mean(), rtol=1e-5)

@@ -3,6 +3,7 @@
 import os
 import types
 
+import numpy as np
 import pytest
 
 import classifier_data
@@ -230,3 +231,56 @@ def test_speed_flag_conflicts_are_input_errors(overrides, message):
 def test_layer_lr_decay_outside_zero_one_is_an_input_error(value):
   with pytest.raises(rc.InputError, match=r"--layer_lr_decay must be in \(0, 1\], got %g" % value):
     rc.validate_flags(flag_values(layer_lr_decay=value))
+
+
+def _train_examples(tmp_path, n=3):
+  task = tmp_path / "task"
+  task.mkdir()
+  write(task / "train.tsv", "".join("%d\tgood movie %d\n" % (i % 2, i) for i in range(n)))
+  return classifier_data.TsvProcessor().get_train_examples(str(task))
+
+
+def test_teacher_file_rows_follow_the_header_labels(tmp_path):
+  examples = _train_examples(tmp_path)
+  path = write(tmp_path / "teacher.tsv", "guid\t1\t0\ntrain-1\t0.25\t0.75\n"
+               "train-3\t1.0\t0.0\n\ntrain-2\t0.5\t0.5\ntrain-9\t0.5\t0.5\n")
+  classifier_data.attach_teacher_probs(path, examples, ["0", "1"])
+  assert [ex.teacher_probs for ex in examples] == [[0.75, 0.25], [0.5, 0.5], [0.0, 1.0]]
+
+
+@pytest.mark.parametrize("content, message", [
+    ("train-1\t0.5\t0.5\n", "teacher.tsv:1: expected the header"),
+    ("guid\t0\t2\ntrain-1\t0.5\t0.5\n", "teacher.tsv:1: expected the header"),
+    ("guid\t0\t1\ntrain-1\t0.5\n", "teacher.tsv:2: 2 fields, expected 3"),
+    ("guid\t0\t1\ntrain-1\t0.5\tx\n", "teacher.tsv:2: could not convert"),
+    ("guid\t0\t1\ntrain-1\t0.5\t0.5\ntrain-2\t0.9\t0.9\n", "teacher.tsv:3: probabilit"),
+    ("guid\t0\t1\ntrain-1\tnan\t0.5\n", "teacher.tsv:2: probabilit"),
+    ("guid\t0\t1\ntrain-1\t0.5\t0.5\ntrain-3\t0.5\t0.5\n",
+     "teacher.tsv: no row for training example train-2"),
+])
+def test_bad_teacher_files_name_the_file_and_line(tmp_path, content, message):
+  examples = _train_examples(tmp_path)
+  path = write(tmp_path / "teacher.tsv", content)
+  with pytest.raises(classifier_data.InputError, match=message):
+    classifier_data.attach_teacher_probs(path, examples, ["0", "1"])
+
+
+def test_teacher_probabilities_reach_the_input_fn(tmp_path):
+  examples = _train_examples(tmp_path, n=4)
+  for i, ex in enumerate(examples):
+    ex.teacher_probs = [0.1 * i, 1.0 - 0.1 * i]
+  vocab = write(tmp_path / "vocab.txt", "\n".join(VOCAB) + "\n")
+  tokenizer = tokenization.FullTokenizer(vocab, True)
+  record = str(tmp_path / "train.tf_record")
+  assert classifier_data.convert_examples_cached(examples, ["0", "1"], 8, tokenizer, record)
+  batch = next(iter(classifier_data.file_based_input_fn_builder(
+      record, 8, 4, is_training=False, num_teacher_labels=2)()))
+  assert batch["teacher_probs"].dtype.name == "float32"
+  np.testing.assert_allclose(batch["teacher_probs"].numpy(),
+                             [[0.0, 1.0], [0.1, 0.9], [0.2, 0.8], [0.3, 0.7]], rtol=1e-6)
+  assert batch["label_ids"].numpy().tolist() == [0, 1, 0, 1]
+  # Other teacher probabilities are another cache key: the file is rewritten.
+  examples[0].teacher_probs = [0.5, 0.5]
+  assert classifier_data.convert_examples_cached(examples, ["0", "1"], 8, tokenizer, record)
+  assert not classifier_data.convert_examples_cached(examples, ["0", "1"], 8, tokenizer,
+                                                     record)
