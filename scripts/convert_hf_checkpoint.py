@@ -353,7 +353,9 @@ def corpus_rows(weights, kept, vocab_file, corpus_file):
 def write_checkpoint(weights, checkpoint_prefix):
   """Writes `weights` (Google name -> array) with a tf.compat.v1 Saver.
 
-  Values are fed through placeholders, so large tables never enter the GraphDef.
+  Each variable takes its array's dtype (float32 for converted weights; also
+  int64 `global_step` from scripts/average_checkpoints.py). Values are fed through
+  placeholders, so large tables never enter the GraphDef.
 
   Returns:
     The checkpoint prefix written (e.g. `O/bert_model.ckpt`).
@@ -364,12 +366,13 @@ def write_checkpoint(weights, checkpoint_prefix):
   with graph.as_default():
     variables, feeds, assigns = collections.OrderedDict(), {}, []
     for name, value in weights.items():
-      var = tf1.get_variable(name, shape=value.shape, dtype=tf.float32,
+      dtype = tf.as_dtype(value.dtype)
+      var = tf1.get_variable(name, shape=value.shape, dtype=dtype,
                              initializer=tf1.zeros_initializer(), use_resource=False)
       if var.op.name != name:
         raise ConversionError("internal error: variable %s was named %s" %
                               (name, var.op.name))
-      placeholder = tf1.placeholder(tf.float32, shape=value.shape)
+      placeholder = tf1.placeholder(dtype, shape=value.shape)
       assigns.append(tf1.assign(var, placeholder))
       feeds[placeholder] = value
       variables[name] = var
