@@ -75,6 +75,7 @@ def average(checkpoints):
     {name: array}: the float mean of each floating-point variable (computed in
     float64, stored in its dtype); the last checkpoint's value for the others.
   """
+  import tensorflow as tf  # pylint: disable=import-outside-toplevel
   first_prefix, first = checkpoints[0]
   for prefix, values in checkpoints[1:]:
     missing = sorted(set(first) - set(values))
@@ -91,7 +92,7 @@ def average(checkpoints):
             first[name].dtype, list(first[name].shape)))
   result = {}
   for name, value in first.items():
-    if np.issubdtype(value.dtype, np.floating):
+    if tf.as_dtype(value.dtype).is_floating:  # bfloat16 too, which numpy does not know
       total = sum(values[name].astype(np.float64) for _, values in checkpoints)
       result[name] = (total / len(checkpoints)).astype(value.dtype)
     else:

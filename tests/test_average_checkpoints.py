@@ -33,6 +33,18 @@ def weights_of(seed, shape=(3, 2)):
           "output_bias": rng.randn(2).astype(np.float32)}
 
 
+def test_bfloat16_variables_are_averaged_too(tmp_path):
+  bf16 = tf.bfloat16.as_numpy_dtype
+  for name, value in (("a", 1.0), ("b", 2.0)):
+    write_run(str(tmp_path / name), {"h": np.full(2, value, bf16)}, 5)
+  out = str(tmp_path / "soup")
+  assert average_checkpoints.main([str(tmp_path / "a"), str(tmp_path / "b"),
+                                   "--output_dir", out]) == 0
+  value = tf.train.load_checkpoint(out).get_tensor("h")
+  assert value.dtype == bf16
+  np.testing.assert_array_equal(value.astype(np.float32), [1.5, 1.5])
+
+
 def test_mean_of_floats_last_step_and_head_files(tmp_path, capsys):
   a, b, c = (weights_of(s) for s in (1, 2, 3))
   write_run(str(tmp_path / "a"), a, 100)
