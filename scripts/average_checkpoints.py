@@ -27,6 +27,7 @@ import shutil
 import sys
 
 import numpy as np
+import tensorflow as tf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 for _path in (ROOT, os.path.join(ROOT, "scripts")):
@@ -46,7 +47,6 @@ class AverageError(Exception):
 
 def resolve_checkpoint(path):
   """A checkpoint prefix for `path`: itself, or a folder's latest checkpoint."""
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
   if os.path.isdir(path):
     latest = tf.train.latest_checkpoint(path)
     if not latest:
@@ -57,46 +57,55 @@ def resolve_checkpoint(path):
   return path
 
 
-def read_checkpoint(prefix):
-  """Returns {variable name: numpy array} of the checkpoint `prefix`."""
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
+def open_checkpoint(prefix):
+  """A tf.train.CheckpointReader of the checkpoint `prefix`."""
   try:
-    reader = tf.train.load_checkpoint(prefix)
-    return {name: reader.get_tensor(name)
-            for name in reader.get_variable_to_shape_map()}
+    return tf.train.load_checkpoint(prefix)
   except (tf.errors.OpError, ValueError) as e:
     raise AverageError("%s: cannot read: %s" % (prefix, e)) from e
 
 
-def average(checkpoints):
-  """Averages checkpoints given as (prefix, {name: array}) pairs.
+def check_same_model(prefixes, readers):
+  """Raises unless every checkpoint has the first one's variables, shapes and dtypes.
 
-  Returns:
-    {name: array}: the float mean of each floating-point variable (computed in
-    float64, stored in its dtype); the last checkpoint's value for the others.
+  Reads only the checkpoints' indexes, no tensor.
   """
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
-  first_prefix, first = checkpoints[0]
-  for prefix, values in checkpoints[1:]:
-    missing = sorted(set(first) - set(values))
-    extra = sorted(set(values) - set(first))
+  shapes = readers[0].get_variable_to_shape_map()
+  dtypes = readers[0].get_variable_to_dtype_map()
+  for prefix, reader in zip(prefixes[1:], readers[1:]):
+    other_shapes = reader.get_variable_to_shape_map()
+    missing = sorted(set(shapes) - set(other_shapes))
+    extra = sorted(set(other_shapes) - set(shapes))
     if missing or extra:
       raise AverageError("%s and %s hold different variables (%s)" % (
-          first_prefix, prefix, ", ".join(
+          prefixes[0], prefix, ", ".join(
               ["%s only in the first" % n for n in missing[:2]] +
               ["%s only in the second" % n for n in extra[:2]])))
-    for name, value in values.items():
-      if value.shape != first[name].shape or value.dtype != first[name].dtype:
+    other_dtypes = reader.get_variable_to_dtype_map()
+    for name, shape in other_shapes.items():
+      if shape != shapes[name] or other_dtypes[name] != dtypes[name]:
         raise AverageError("%s: %s is %s %s, in %s %s %s" % (
-            prefix, name, value.dtype, list(value.shape), first_prefix,
-            first[name].dtype, list(first[name].shape)))
+            prefix, name, other_dtypes[name].name, shape, prefixes[0],
+            dtypes[name].name, shapes[name]))
+
+
+def average(prefixes):
+  """Averages the checkpoints `prefixes`, one variable at a time.
+
+  Returns:
+    {name: array}: the mean of each floating-point variable, bfloat16 included
+    (computed in float64, stored in its dtype); the last checkpoint's value for the
+    others.
+  """
+  readers = [open_checkpoint(p) for p in prefixes]
+  check_same_model(prefixes, readers)
   result = {}
-  for name, value in first.items():
-    if tf.as_dtype(value.dtype).is_floating:  # bfloat16 too, which numpy does not know
-      total = sum(values[name].astype(np.float64) for _, values in checkpoints)
-      result[name] = (total / len(checkpoints)).astype(value.dtype)
+  for name, dtype in readers[0].get_variable_to_dtype_map().items():
+    if dtype.is_floating:
+      total = sum(r.get_tensor(name).astype(np.float64) for r in readers)
+      result[name] = (total / len(readers)).astype(dtype.as_numpy_dtype)
     else:
-      result[name] = checkpoints[-1][1][name]
+      result[name] = readers[-1].get_tensor(name)
   return result
 
 
@@ -133,14 +142,13 @@ def parse_args(argv):
 def main(argv=None):
   """Averages; returns the exit code (0, or 2 on an error)."""
   args = parse_args(argv)
-  import tensorflow as tf  # pylint: disable=import-outside-toplevel
   try:
     prefixes = [resolve_checkpoint(p) for p in args.checkpoints]
     if os.path.abspath(args.output_dir) in {os.path.abspath(os.path.dirname(p))
                                             for p in prefixes}:
       raise AverageError("--output_dir %s holds an input checkpoint; write elsewhere" %
                          args.output_dir)
-    weights = average([(p, read_checkpoint(p)) for p in prefixes])
+    weights = average(prefixes)
     step = int(weights.get("global_step", 0))
     os.makedirs(args.output_dir, exist_ok=True)
     copy_head_files([os.path.dirname(p) for p in prefixes], args.output_dir)
