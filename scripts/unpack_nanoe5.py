@@ -249,7 +249,11 @@ def load_tokens(path):
 
 def unpack(model_file, vocab_file, output_dir):
   """Writes the folder; returns (tokens matched, tokens in vocab_file)."""
-  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
+  try:
+    from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    raise UnpackError("writing model.safetensors needs the safetensors package: install "
+                      "it with `pip install -r requirements.txt`")
   header, pieces, tensors = read_model(model_file)
   if not np.isclose(header["eps"], 1e-12, rtol=1e-3):
     raise UnpackError("%s: LayerNorm epsilon %g, modeling.py uses 1e-12" %
