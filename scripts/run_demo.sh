@@ -147,10 +147,8 @@ SUMMARIZE=("$PY" "$ROOT/scripts/summarize_run.py" --output_dir "$OUTPUT_DIR"
 
 if [ "$DRY_RUN" = 1 ]; then
   quote "${PREPARE[@]}"
-  for cmd in UNPACK CONVERT; do
-    declare -n c="$cmd"
-    [ ${#c[@]} -eq 0 ] || quote "${c[@]}"
-  done
+  [ ${#UNPACK[@]} -eq 0 ] || quote "${UNPACK[@]}"
+  [ ${#CONVERT[@]} -eq 0 ] || quote "${CONVERT[@]}"
   "${LAUNCH[@]}"
   quote "${SUMMARIZE[@]}" --wall_secs 0
   exit 0

