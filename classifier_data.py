@@ -342,8 +342,11 @@ def examples_fingerprint(examples, label_list, max_seq_length, tokenizer):
   """A hash of everything a TFRecord of `examples` depends on (cache key)."""
   h = hashlib.sha256()
   h.update(json.dumps([list(label_list), max_seq_length,
-                       tokenizer.basic_tokenizer.do_lower_case]).encode("utf-8"))
+                       tokenizer.do_lower_case]).encode("utf-8"))
   h.update("\n".join(tokenizer.vocab).encode("utf-8"))
+  scores = getattr(tokenizer, "scores", None)  # a unigram model's piece scores
+  if scores:
+    h.update(repr(sorted((k, float(v)) for k, v in scores.items())).encode("utf-8"))
   for ex in examples:
     h.update(("%s\0%s\0%s\0%s\0%s\n" % (ex.guid, ex.text_a, ex.text_b, ex.label,
                                        ex.teacher_probs)).encode("utf-8"))

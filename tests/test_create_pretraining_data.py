@@ -236,3 +236,12 @@ def test_comma_list_output_and_bad_input(tmp_path):
                        input_file=str(tmp_path / "missing*.txt"))
   assert result.returncode == 2
   assert "--input_file" in result.stderr.strip().splitlines()[-1]
+
+
+def test_a_unigram_vocab_is_a_clear_error(tmp_path):
+  vocab = tmp_path / "vocab.json"
+  vocab.write_text('{"model": "unigram"}\n', encoding="utf-8")
+  result = _run_script(tmp_path, str(tmp_path / "d.tfrecord"), vocab_file=str(vocab))
+  assert result.returncode == 2
+  last = result.stderr.strip().splitlines()[-1]
+  assert "--vocab_file" in last and "unigram vocab" in last and str(vocab) in last

