@@ -513,7 +513,7 @@ def _validate_flags():
     raise InputError("--num_output_shards and --num_workers must be >= 1")
   if not os.path.isfile(FLAGS.vocab_file):
     raise InputError("--vocab_file: %s not found" % FLAGS.vocab_file)
-  if FLAGS.vocab_file.endswith(".json"):
+  if tokenization.is_unigram_vocab(FLAGS.vocab_file):
     raise InputError("--vocab_file: %s is a unigram vocab; pretraining data is made with "
                      "a WordPiece vocab (one token a line) only" % FLAGS.vocab_file)
 

@@ -7,6 +7,7 @@ import shutil
 import tensorflow as tf
 
 import classifier_model
+import tokenization
 
 tf1 = tf.compat.v1
 
@@ -124,7 +125,7 @@ def _write_assets_extra(out_dir, label_list, max_seq_length, vocab_file, do_lowe
   """Copies the vocabulary and writes the labels and preprocessing settings."""
   extra = os.path.join(out_dir, ASSETS_EXTRA)
   os.makedirs(extra, exist_ok=True)
-  name = UNIGRAM_VOCAB_NAME if vocab_file.endswith(".json") else VOCAB_NAME
+  name = UNIGRAM_VOCAB_NAME if tokenization.is_unigram_vocab(vocab_file) else VOCAB_NAME
   shutil.copyfile(vocab_file, os.path.join(extra, name))
   with open(os.path.join(extra, LABELS_NAME), "w", encoding="utf-8") as f:
     f.write("".join(l + "\n" for l in label_list))

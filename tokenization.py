@@ -159,9 +159,14 @@ def load_tokenizer(vocab_file, do_lower_case=True):
   normalization decides case: `do_lower_case` does not apply); anything else is a
   WordPiece vocab, one token per line (`FullTokenizer`).
   """
-  if vocab_file.endswith(".json"):
+  if is_unigram_vocab(vocab_file):
     return UnigramTokenizer(vocab_file)
   return FullTokenizer(vocab_file, do_lower_case)
+
+
+def is_unigram_vocab(vocab_file):
+  """Whether `vocab_file` names a SentencePiece unigram vocab (a `.json` file)."""
+  return vocab_file.endswith(".json")
 
 
 WORD_START = "\u2581"  # SentencePiece's metaspace: a word starts after a space
@@ -186,6 +191,7 @@ class UnigramTokenizer(object):
   def __init__(self, vocab_file, spec=None):
     """Reads `vocab_file` (or takes the parsed JSON object `spec` instead)."""
     spec = spec or _read_unigram_json(vocab_file)
+    specials = set(spec["specials"])
     self.unk_token = spec["unk_token"]
     self.unk_score = np.float32(spec["unk_score"])
     self.vocab = collections.OrderedDict()
@@ -195,7 +201,7 @@ class UnigramTokenizer(object):
         raise ValueError("vocab_file %s: duplicate piece %r at rows %d and %d" %
                          (vocab_file, piece, self.vocab[piece], index))
       self.vocab[piece] = index
-      if piece not in spec["specials"]:
+      if piece not in specials:
         self.scores[piece] = np.float32(score)
     if self.unk_token not in self.vocab:
       raise ValueError("vocab_file %s: unk_token %r is not a piece" %

@@ -293,7 +293,7 @@ def corpus_pieces(spec, corpus_files):
   return np.asarray(sorted(used), np.int64), lines
 
 
-def select_rows(header, tokenizer, vocab_file, corpus_files, model_file):
+def select_rows(tokenizer, vocab_file, corpus_files, model_file):
   """(vocab files to write {name: text}, word table rows, summary line)."""
   if vocab_file:
     tokens = load_tokens(vocab_file)
@@ -327,8 +327,7 @@ def unpack(model_file, vocab_file, corpus_files, output_dir):
     raise UnpackError("%s: %d pieces but a word table of %d rows" %
                       (model_file, len(tokenizer["pieces"]), header["vocab"]))
   weights = hf_tensors(header, tensors, model_file)
-  files, rows, summary = select_rows(header, tokenizer, vocab_file, corpus_files,
-                                     model_file)
+  files, rows, summary = select_rows(tokenizer, vocab_file, corpus_files, model_file)
   word = "embeddings.word_embeddings.weight"
   weights[word] = np.ascontiguousarray(weights[word][rows])
   os.makedirs(output_dir, exist_ok=True)
