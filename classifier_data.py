@@ -409,9 +409,20 @@ def _features_to_tf_example(feature):
   return tf.train.Example(features=tf.train.Features(feature=features))
 
 
+def length_order(examples):
+  """Indices of `examples` from the shortest text to the longest (characters of
+  text_a and text_b; ties keep the input order)."""
+  return sorted(range(len(examples)),
+                key=lambda i: len(examples[i].text_a) + len(examples[i].text_b or ""))
+
+
+# The [batch_size, seq_length] features of a classifier record.
+SEQUENCE_FEATURES = ("input_ids", "input_mask", "segment_ids")
+
+
 def file_based_input_fn_builder(input_file, seq_length, batch_size, is_training,
                                 shuffle_buffer=0, seed=None, skip_examples=0,
-                                num_teacher_labels=0):
+                                num_teacher_labels=0, group_by_length=False):
   """Creates an `input_fn` over a TFRecord file.
 
   Training input repeats forever (the step count, identical on every rank, ends
@@ -424,6 +435,10 @@ def file_based_input_fn_builder(input_file, seq_length, batch_size, is_training,
     [batch_size, seq_length] ("input_ids", "input_mask", "segment_ids") and
     [batch_size] ("label_ids", "is_real_example"); with `num_teacher_labels` > 0
     also a float32 Tensor [batch_size, num_teacher_labels] ("teacher_probs").
+    With `group_by_length` the sequence features are cut after each batch's
+    longest real sequence (`input_pipeline.trim_batch`: [batch_size, L], L <=
+    seq_length) and training batches hold examples of similar length
+    (`input_pipeline.bucket_and_decode`).
   """
   name_to_features = {
       "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
@@ -450,7 +465,12 @@ def file_based_input_fn_builder(input_file, seq_length, batch_size, is_training,
         d = d.shuffle(buffer_size=shuffle_buffer, seed=seed)
       if skip_examples:
         d = d.skip(skip_examples)
-    return input_pipeline.batch_and_decode(d, batch_size, is_training, _decode_batch)
+    if group_by_length and is_training:
+      return input_pipeline.bucket_and_decode(d, batch_size, seq_length, _decode_batch,
+                                              SEQUENCE_FEATURES)
+    return input_pipeline.batch_and_decode(
+        d, batch_size, is_training, _decode_batch,
+        trim_keys=SEQUENCE_FEATURES if group_by_length else None)
 
   return input_fn
 

@@ -36,7 +36,8 @@
 #                        .venv/bin/python, else python3)
 #   --skip_setup         do not run scripts/setup.sh
 #   --dry_run            print the commands (data, training, summary) and run nothing
-#   -- FLAGS...          more flags for run_classifier.py (e.g. --use_amp)
+#   -- FLAGS...          more flags for run_classifier.py (e.g. --use_amp); the demo
+#                        trains with --group_by_length (-- --nogroup_by_length: off)
 #   -h, --help           this help
 #
 # Ctrl-C or `kill` (SIGTERM) of this script stops every rank within seconds;
@@ -145,7 +146,7 @@ LAUNCH+=(-- --task_name=tsv --do_train --do_eval --do_predict
   --eval_batch_size=64 --predict_batch_size=64 --learning_rate="$LR"
   --num_train_epochs="$EPOCHS" --warmup_proportion=0.1 --seed="$SEED"
   --max_train_steps="$MAX_TRAIN_STEPS" --save_checkpoints_steps=500
-  --log_every_secs=30 ${ARGS[@]+"${ARGS[@]}"})
+  --log_every_secs=30 --group_by_length ${ARGS[@]+"${ARGS[@]}"})
 SUMMARIZE=("$PY" "$ROOT/scripts/summarize_run.py" --output_dir "$OUTPUT_DIR"
   --test_file "$DATA_DIR/test.tsv")
 [ "$GPU" = "1" ] || export CUDA_VISIBLE_DEVICES=""

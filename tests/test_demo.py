@@ -154,8 +154,11 @@ def test_demo_data_folder(args, data_dir):
 @requires("horovodrun")
 def test_demo_passes_flags_after_dashes_to_the_trainer():
   _, (_, train, _) = dry_run("--seed", "3", "--", "--use_amp", "--fp16_allreduce")
-  assert train[-2:] == ["--use_amp", "--fp16_allreduce"]
+  assert train[-3:] == ["--group_by_length", "--use_amp", "--fp16_allreduce"]
   assert "--seed=3" in train
+  # The demo's --group_by_length comes first, so a flag after -- turns it off.
+  _, (_, train, _) = dry_run("--", "--nogroup_by_length")
+  assert train[-2:] == ["--group_by_length", "--nogroup_by_length"]
   proc = subprocess.run(["bash", DEMO, "--dry_run", "--use_amp"], cwd=ROOT, env=demo_env(),
                         capture_output=True, text=True, timeout=120)
   assert proc.returncode == 2
