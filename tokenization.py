@@ -219,7 +219,15 @@ class UnigramTokenizer(object):
 
   def tokenize(self, text):
     """The pieces of `text` (no [CLS]/[SEP]), in order."""
-    text = self.normalize(text)
+    return [piece for _, piece in self.segment(self.normalize(text))]
+
+  def segment(self, text):
+    """The best split of normalized `text` (`normalize`'s output).
+
+    Returns:
+      list of (start, piece): each piece (or `unk_token` for one unknown
+      character) and the index in `text` where it begins, in order.
+    """
     n = len(text)
     best = [np.float32(0)] + [np.float32("-inf")] * n
     back = [(0, None)] * (n + 1)  # (start, piece) of the best split ending here
@@ -238,7 +246,7 @@ class UnigramTokenizer(object):
     end = n
     while end > 0:
       end, piece = back[end]
-      pieces.append(piece)
+      pieces.append((end, piece))
     return pieces[::-1]
 
   def convert_tokens_to_ids(self, tokens):

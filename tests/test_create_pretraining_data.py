@@ -1,5 +1,6 @@
 """Tests of create_pretraining_data.py on a tiny synthetic corpus."""
 
+import json
 import os
 import random
 import subprocess
@@ -238,10 +239,74 @@ def test_comma_list_output_and_bad_input(tmp_path):
   assert "--input_file" in result.stderr.strip().splitlines()[-1]
 
 
-def test_a_unigram_vocab_is_a_clear_error(tmp_path):
+W = tokenization.WORD_START
+
+
+def _write_unigram(path, pieces):
+  """A JSON unigram vocab (tokenization.UnigramTokenizer) of [piece, score] rows."""
+  spec = {"model": "unigram", "specials": SPECIALS, "unk_token": "[UNK]",
+          "unk_score": -20.0, "normalization": {},
+          "pieces": [[t, 0.0] for t in SPECIALS] + [list(p) for p in pieces]}
+  with open(path, "w", encoding="utf-8") as handle:
+    json.dump(spec, handle, ensure_ascii=False)
+  return path
+
+
+def test_a_bad_unigram_vocab_is_a_clear_error(tmp_path):
   vocab = tmp_path / "vocab.json"
   vocab.write_text('{"model": "unigram"}\n', encoding="utf-8")
   result = _run_script(tmp_path, str(tmp_path / "d.tfrecord"), vocab_file=str(vocab))
   assert result.returncode == 2
   last = result.stderr.strip().splitlines()[-1]
-  assert "--vocab_file" in last and "unigram vocab" in last and str(vocab) in last
+  assert last.startswith("create_pretraining_data.py: error: --vocab_file")
+  assert str(vocab) in last
+
+
+def test_unigram_pieces_are_the_joined_texts_and_words_group_them(tmp_path):
+  """A line is segmented as the text its words were cut from (no space between
+  Chinese words, one between Latin ones); a piece that begins inside a word
+  continues that word's group, so the words it spans are masked together."""
+  tokenizer = tokenization.UnigramTokenizer(_write_unigram(
+      str(tmp_path / "vocab.json"),
+      [(W + "这家", -3.0), (W + "这", -2.0), ("家", -2.5), ("酒店", -4.0), ("酒", -3.0),
+       ("店", -3.0), (W + "店", -3.0), ("很好", -1.0), ("很", -2.0), ("好", -2.0),
+       ("ab", -1.0), (W + "ab", -1.0), (W + "4", -1.0), (W, -5.0)]))
+  assert cpd.join_words(["这家酒", "店", "很好", "ab", "4"]) == ("这家酒店很好ab 4",
+                                                              [0, 3, 4, 6, 9])
+  sentence = cpd.tokenize_sentence(tokenizer, "这家酒 店  很好 ab 4")
+  pieces = [W + "这家", "酒店", "很好", "ab", W + "4"]
+  assert tokenizer.convert_ids_to_tokens(sentence.ids) == pieces
+  assert pieces == tokenizer.tokenize("这家酒店很好ab 4")
+  # "酒店" begins inside "这家酒": one group covers the words 这家酒 and 店.
+  assert sentence.starts == [True, False, True, True, True]
+
+
+def test_the_script_takes_a_unigram_vocab(tmp_path):
+  """End to end with a .json vocab: every record's segments are pieces of the
+  corpus text with its spaces removed, never [UNK]."""
+  _write_inputs(str(tmp_path))
+  pieces = [(c, -3.0) for c in CHARS] + [(W + c, -3.0) for c in CHARS]
+  pieces += [(w, -2.0) for w in WORDS if len(w) > 1] + [("己丑", -1.0)]
+  vocab = _write_unigram(str(tmp_path / "vocab.json"), pieces)
+  output = str(tmp_path / "u.tfrecord")
+  result = _run_script(tmp_path, output, vocab_file=vocab)
+  assert result.returncode == 0, result.stderr[-2000:]
+  tokenizer = tokenization.UnigramTokenizer(vocab)
+  with open(str(tmp_path / "corpus.txt"), encoding="utf-8") as handle:
+    text = handle.read().replace(" ", "").replace("\n", "")
+  records = _read_records(output)
+  assert len(records) > 50
+  spanning = 0  # pieces across two words ("己" "丑"): only the joined text has them
+  for record in records:
+    feature = record.features.feature
+    ids = list(feature["input_ids"].int64_list.value)
+    for position, label in zip(feature["masked_lm_positions"].int64_list.value,
+                               feature["masked_lm_ids"].int64_list.value):
+      if position:
+        ids[position] = label
+    tokens = tokenizer.convert_ids_to_tokens([i for i in ids if i])
+    assert "[UNK]" not in tokens
+    spanning += tokens.count("己丑")
+    first = tokens[1:tokens.index("[SEP]")]
+    assert "".join(first).replace(W, "") in text
+  assert spanning > 0
