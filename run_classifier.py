@@ -338,24 +338,29 @@ def train(plan):
                             plan.output_dir, plan.rank, plan.num_train_steps, k)
 
 
-def inference_order(plan, examples):
-  """The order eval and predict run the examples in: with --group_by_length
-  shortest first (so each batch is cut short), else as given. A list of indices."""
-  if not plan.group_by_length:
-    return list(range(len(examples)))
-  return classifier_data.length_order(examples)
+def inference_input(plan, examples, file_name, batch_size):
+  """Converts eval or predict examples (rank 0) and builds their input_fn.
+
+  With --group_by_length they run shortest first, so each batch is cut short.
+
+  Returns:
+    (order, input_fn): order[j] is the index in `examples` of the j-th example
+    the input_fn yields.
+  """
+  order = (classifier_data.length_order(examples) if plan.group_by_length
+           else list(range(len(examples))))
+  path = os.path.join(plan.output_dir, file_name)
+  classifier_data.convert_examples_cached([examples[i] for i in order], plan.label_list,
+                                          plan.max_seq_length, plan.tokenizer, path)
+  return order, classifier_data.file_based_input_fn_builder(
+      path, plan.max_seq_length, batch_size, is_training=False,
+      group_by_length=plan.group_by_length)
 
 
 def evaluate(plan):
   """Evaluates on the dev set (rank 0) and writes eval_results.txt."""
-  eval_file = os.path.join(plan.output_dir, "eval.tf_record")
-  order = inference_order(plan, plan.eval_examples)
-  classifier_data.convert_examples_cached([plan.eval_examples[i] for i in order],
-                                          plan.label_list, plan.max_seq_length,
-                                          plan.tokenizer, eval_file)
-  input_fn = classifier_data.file_based_input_fn_builder(
-      eval_file, plan.max_seq_length, plan.eval_batch_size, is_training=False,
-      group_by_length=plan.group_by_length)
+  _, input_fn = inference_input(plan, plan.eval_examples, "eval.tf_record",
+                                plan.eval_batch_size)
   result = make_estimator(plan).evaluate(input_fn=input_fn)
   train_metrics.write_eval_results(os.path.join(plan.output_dir, "eval_results.txt"),
                                    result, "%d examples" % len(plan.eval_examples))
@@ -363,23 +368,17 @@ def evaluate(plan):
 
 
 def predict(plan):
-  """Predicts the test set (rank 0) and writes test_results.tsv."""
-  predict_file = os.path.join(plan.output_dir, "predict.tf_record")
-  order = inference_order(plan, plan.predict_examples)
-  classifier_data.convert_examples_cached([plan.predict_examples[i] for i in order],
-                                          plan.label_list, plan.max_seq_length,
-                                          plan.tokenizer, predict_file)
-  input_fn = classifier_data.file_based_input_fn_builder(
-      predict_file, plan.max_seq_length, plan.predict_batch_size, is_training=False,
-      group_by_length=plan.group_by_length)
-  lines = [None] * len(order)
-  count = 0
-  for position, prediction in zip(order, make_estimator(plan).predict(input_fn=input_fn)):
-    lines[position] = "\t".join(str(p) for p in prediction["probabilities"]) + "\n"
-    count += 1
-  if count != len(plan.predict_examples):
+  """Predicts the test set (rank 0) and writes test_results.tsv in input order."""
+  order, input_fn = inference_input(plan, plan.predict_examples, "predict.tf_record",
+                                    plan.predict_batch_size)
+  probabilities = [prediction["probabilities"]
+                   for prediction in make_estimator(plan).predict(input_fn=input_fn)]
+  if len(probabilities) != len(order):
     raise RuntimeError("predicted %d of %d test examples" %
-                       (count, len(plan.predict_examples)))
+                       (len(probabilities), len(order)))
+  lines = [None] * len(order)
+  for position, row in zip(order, probabilities):
+    lines[position] = "\t".join(str(p) for p in row) + "\n"
   train_metrics.atomic_write_text(os.path.join(plan.output_dir, "test_results.tsv"),
                                   "".join(lines))
   LOG.info("wrote %d predictions to %s", len(lines),
