@@ -17,6 +17,7 @@ import sys
 import time
 
 import pytest
+import tensorflow as tf
 
 import distributed
 from conftest import JOB_TIMEOUT, ROOT, classifier_args, requires, write_task
@@ -25,7 +26,24 @@ from test_reliability import checkpoint_steps
 # The step of the checkpoint that out/checkpoint records (0 if none): the one a
 # re-run resumes from, found as the runner finds it. A checkpoint's files appear
 # before this record, so a SIGKILL between the two leaves the previous step recorded.
+# Only while no job runs: the runner opens the checkpoint's files.
 recorded_step = distributed.latest_global_step
+
+
+def recorded_step_while_running(out):
+  """The step that out/checkpoint names, read from that text file alone.
+
+  While a job runs, it writes checkpoint files (a restarted one first saves the
+  step it resumed from again, over the same files). Opening them from here once
+  ended this (test) process with a segmentation fault inside TensorFlow's
+  checkpoint reader, taking the whole suite with it (CI, 2026-12-07). The record
+  itself is replaced in one step (written aside, then renamed).
+  """
+  state = tf.train.get_checkpoint_state(out) if os.path.isdir(out) else None
+  if not state or not state.model_checkpoint_path:
+    return 0
+  return int(re.search(r"model\.ckpt-(\d+)$", state.model_checkpoint_path).group(1))
+
 
 SCRIPTS = os.path.join(ROOT, "scripts")
 STOP_SECS = 20   # every rank gone this long after the signal (a few s when idle)
@@ -85,7 +103,7 @@ def stop_after_a_new_checkpoint(cmd, out, sig, log_path):
   proc, log = start(cmd, log_path)
   try:
     deadline = time.time() + JOB_TIMEOUT
-    while recorded_step(out) <= before:
+    while recorded_step_while_running(out) <= before:
       assert proc.poll() is None, read(log_path)[-3000:]
       assert time.time() < deadline, "no new checkpoint\n" + read(log_path)[-3000:]
       time.sleep(0.2)
