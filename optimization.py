@@ -36,7 +36,7 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
                      scale_learning_rate=True, gradient_accumulation_steps=1,
                      fp16_allreduce=False, dynamic_loss_scale=False,
                      sparse_embedding_allreduce=False, optimizer_name="adamw",
-                     layer_lr_decay=1.0):
+                     layer_lr_decay=1.0, trainable_pattern=None):
   """Creates the training op: Horovod-averaged, clipped AdamWeightDecay or LAMB updates.
 
   Args:
@@ -64,6 +64,9 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
     optimizer_name: "adamw" (Google's AdamWeightDecayOptimizer) or "lamb".
     layer_lr_decay: float in (0, 1], layer-wise learning-rate decay (see
       `layer_lr_multipliers`); 1.0 gives every variable the same rate.
+    trainable_pattern: regular expression or None; when given, only the trainable
+      variables whose names it matches (re.search) get gradients, slots and
+      updates; the others keep the values they were loaded with.
 
   Returns:
     (train_op, learning_rate, grad_norm): the op, the current rate and the global
@@ -101,7 +104,7 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
   # Horovod: the distributed optimizer (see above).
   optimizer = hvd.DistributedOptimizer(base_optimizer, **dist_kwargs)
 
-  tvars = tf1.trainable_variables()
+  tvars = trainable_variables(trainable_pattern)
   # Slots are created here, outside the tf.cond that Horovod puts around
   # apply_gradients when it accumulates gradients.
   base_optimizer.create_slots(tvars)
@@ -149,12 +152,25 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
           learning_rate, grad_norm)
 
 
+def trainable_variables(pattern=None):
+  """The graph's trainable variables, or those whose names match `pattern`
+  (re.search); raises ValueError when the pattern matches none."""
+  tvars = tf1.trainable_variables()
+  if pattern is None:
+    return tvars
+  chosen = [v for v in tvars if re.search(pattern, v.op.name)]
+  if not chosen:
+    raise ValueError("no trainable variable matches %r" % pattern)
+  return chosen
+
+
 class OptimizerSettings(collections.namedtuple(
     "OptimizerSettings",
     ["init_lr", "num_train_steps", "num_warmup_steps", "scale_learning_rate",
      "gradient_accumulation_steps", "fp16_allreduce", "dynamic_loss_scale",
-     "sparse_embedding_allreduce", "optimizer_name", "layer_lr_decay"],
-    defaults=(True, 1, False, False, False, "adamw", 1.0))):
+     "sparse_embedding_allreduce", "optimizer_name", "layer_lr_decay",
+     "trainable_pattern"],
+    defaults=(True, 1, False, False, False, "adamw", 1.0, None))):
   """The arguments of `create_optimizer` after `loss`, as one value a
   model_fn_builder passes through to `training_spec` (same names and defaults)."""
 

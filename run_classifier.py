@@ -189,7 +189,8 @@ def setup(flags_obj, runtime):
   The plan has the shared fields (see `runner_common.RunPlan`) and: task_name,
   bert_config, tokenizer, processor, label_list, vocab_file, do_lower_case,
   max_seq_length, train/eval/predict_examples (or None), num_train_steps,
-  num_warmup_steps, optimizer_name ("adamw"), layer_lr_decay, save_checkpoints_steps,
+  num_warmup_steps, optimizer_name ("adamw"), layer_lr_decay, trainable_pattern
+  (None: every variable), save_checkpoints_steps,
   sparse_embedding_allreduce, predict_batch_size, export_dir, pooling,
   teacher_weight, num_teacher_labels (0 without --teacher_file).
 
@@ -281,7 +282,7 @@ def setup(flags_obj, runtime):
       predict_examples=predict_examples,
       num_train_steps=num_train_steps, num_warmup_steps=num_warmup_steps,
       optimizer_name="adamw", layer_lr_decay=flags_obj.layer_lr_decay,
-      save_checkpoints_steps=save_checkpoints_steps,
+      trainable_pattern=None, save_checkpoints_steps=save_checkpoints_steps,
       sparse_embedding_allreduce=distributed.use_sparse_embedding_allreduce(
           flags_obj.embedding_allreduce, size, flags_obj.train_batch_size,
           flags_obj.max_seq_length, bert_config.vocab_size,

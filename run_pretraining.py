@@ -15,6 +15,7 @@ Google's single-process script.
 
 import functools
 import os
+import re
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
@@ -72,6 +73,11 @@ flags.DEFINE_enum(
     "optimizer", "adamw", ["adamw", "lamb"],
     "The optimizer: 'adamw' (Google's Adam with decoupled weight decay) or 'lamb' "
     "(layer-wise adaptive rates for large batches, You et al. 2019).")
+flags.DEFINE_string(
+    "train_variables", None,
+    "A regular expression: train only the variables whose names it matches "
+    "(re.search), e.g. '^cls/' to fit new heads on a loaded encoder first; the "
+    "others keep the values they were loaded with. Default: every variable.")
 
 ## Horovod and run-control parameters (and those of distributed.define_runtime_flags:
 ## threads, Horovod's cycle, --use_amp, --use_xla, --fp16_allreduce,
@@ -123,13 +129,27 @@ def check_init_checkpoint(init_checkpoint, bert_config):
       init_checkpoint, pretraining_model.expected_checkpoint_shapes(bert_config))
 
 
+def check_train_variables(pattern, bert_config):
+  """Raises InputError unless `pattern` (--train_variables) is a regular
+  expression that matches some variable of the pretraining model."""
+  try:
+    regex = re.compile(pattern)
+  except re.error as e:
+    raise InputError("--train_variables=%s is not a regular expression: %s" % (pattern, e))
+  names = pretraining_model.expected_checkpoint_shapes(bert_config)
+  if not any(regex.search(name) for name in names):
+    raise InputError("--train_variables=%s matches none of the model's variables "
+                     "(they are named like bert/encoder/layer_0/... and cls/...)" % pattern)
+
+
 def setup(flags_obj, runtime):
   """Validates inputs and derives the `runner_common.RunPlan`; raises InputError.
 
   The plan has the shared fields (see `runner_common.RunPlan`) and: bert_config,
   input_files, max_seq_length, max_predictions_per_seq, num_train_steps,
-  num_warmup_steps, optimizer_name, layer_lr_decay (1.0), save_checkpoints_steps,
-  max_eval_steps, sparse_embedding_allreduce (False).
+  num_warmup_steps, optimizer_name, layer_lr_decay (1.0), trainable_pattern
+  (--train_variables), save_checkpoints_steps, max_eval_steps,
+  sparse_embedding_allreduce (False).
 
   Called from `main` only. Every rank runs this before any collective operation.
   """
@@ -139,6 +159,8 @@ def setup(flags_obj, runtime):
     distributed.lock_output_dir(flags_obj.output_dir, lock_name=".run_pretraining.lock")
   bert_config = runner_common.read_bert_config(flags_obj.bert_config_file,
                                                flags_obj.max_seq_length)
+  if flags_obj.train_variables is not None:
+    check_train_variables(flags_obj.train_variables, bert_config)
   input_files = pretraining_data.expand_input_files(flags_obj.input_file)
   # Horovod: each rank checks the files it reads; rank 0 reads them all for eval.
   to_check = set()
@@ -161,6 +183,7 @@ def setup(flags_obj, runtime):
       num_train_steps=flags_obj.num_train_steps,
       num_warmup_steps=flags_obj.num_warmup_steps,
       optimizer_name=flags_obj.optimizer, layer_lr_decay=1.0,
+      trainable_pattern=flags_obj.train_variables,
       sparse_embedding_allreduce=False,
       # A checkpoint between two updates, never inside an accumulation window.
       save_checkpoints_steps=distributed.checkpoint_interval(
@@ -182,11 +205,13 @@ def train(plan):
   """Trains to `num_train_steps` on every rank, resuming from rank 0's checkpoint."""
   k = plan.accumulation_steps
   LOG.info("pretraining: %s; %d processes x batch %d%s = global batch %d sequences, "
-           "%d steps (%d warmup), %s; %s",
+           "%d steps (%d warmup), %s%s; %s",
            pretraining_data.describe_sharding(len(plan.input_files), plan.size),
            plan.size, plan.per_process_batch, " x %d accumulated" % k if k > 1 else "",
            plan.global_batch, plan.num_train_steps, plan.num_warmup_steps,
            plan.optimizer_name,
+           "" if plan.trainable_pattern is None else
+           ", training only the variables matching %r" % plan.trainable_pattern,
            distributed.describe(plan.runtime, plan.compute_type, plan.use_xla,
                                 plan.fp16_allreduce))
 

@@ -139,7 +139,8 @@ def model_fn_args(plan, unit="examples"):
           fp16_allreduce=plan.fp16_allreduce,
           dynamic_loss_scale=plan.compute_type == tf.float16,
           sparse_embedding_allreduce=plan.sparse_embedding_allreduce,
-          optimizer_name=plan.optimizer_name, layer_lr_decay=plan.layer_lr_decay),
+          optimizer_name=plan.optimizer_name, layer_lr_decay=plan.layer_lr_decay,
+          trainable_pattern=plan.trainable_pattern),
       training_hooks_fn=distributed.training_hooks_fn(
           plan.runtime, plan.work_dir, plan.output_dir, plan.num_train_steps,
           plan.per_process_batch, plan.log_every_secs, unit=unit),

@@ -209,6 +209,33 @@ def test_checkpoint_initializes_every_bert_variable_of_the_classifier(tmp_path):
                                err_msg=name)
 
 
+@requires("horovodrun")
+def test_train_variables_trains_only_the_heads(tmp_path):
+  """--train_variables='^cls/' on 2 processes: every bert/ variable ends exactly as
+  loaded (the word embeddings too, which the masked-LM output shares), the heads
+  move, and only they have optimizer slots."""
+  paths, _ = write_shards(str(tmp_path / "data"), 1, 16)
+  config = write_config(str(tmp_path))
+  init = make_init_checkpoint(str(tmp_path / "init"), config)
+  out = str(tmp_path / "out")
+  proc = run_pretraining("horovodrun", 2, pretrain_args(
+      paths[0], config, out, "--do_train", "--train_batch_size=4", "--num_train_steps=4",
+      "--num_warmup_steps=0", "--init_checkpoint=" + init, "--train_variables=^cls/"))
+  assert_ok(proc)
+  assert "adamw, training only the variables matching '^cls/'" in proc.stderr
+  trained = tf.train.latest_checkpoint(out)
+  start, end = model_weights(init), model_weights(trained)
+  assert sorted(start) == sorted(end)
+  for name in end:
+    if name.startswith("bert/"):
+      np.testing.assert_array_equal(end[name], start[name], err_msg=name)
+  heads = [n for n in end if n.startswith("cls/")]
+  assert len(heads) == 7
+  assert sum(not np.allclose(end[n], start[n]) for n in heads) >= 5
+  slots = [n for n, _ in tf.train.list_variables(trained) if "adam" in n]
+  assert slots and all(n.startswith("cls/") for n in slots), slots
+
+
 def no_match(tmp_path, paths):
   return ["--input_file=" + str(tmp_path / "nope-*.tfrecord")], "no file matches"
 
@@ -243,8 +270,18 @@ def unknown_optimizer(tmp_path, paths):
   return ["--optimizer=sgd"], "value should be one of <adamw|lamb>"
 
 
+def bad_train_variables(tmp_path, paths):
+  return (["--train_variables=cls/(predictions"],
+          "--train_variables=cls/(predictions is not a regular expression")
+
+
+def train_variables_match_none(tmp_path, paths):
+  return (["--train_variables=^heads/"],
+          "--train_variables=^heads/ matches none of the model's variables")
+
+
 BAD_INPUTS = [no_match, wrong_seq_length, not_records, bad_checkpoint, bad_accumulation,
-              unknown_optimizer]
+              unknown_optimizer, bad_train_variables, train_variables_match_none]
 
 
 @requires("horovodrun")
