@@ -77,6 +77,9 @@
 #   --batch B                 per-process batch (default 32)
 #   --lr R                    peak learning rate of one process, scaled by N (default 2e-4)
 #   --max_seq_length L        default 128
+#   --group_by_length 0|1     1 (default) batches reviews of similar length and
+#                             cuts each batch after its longest (run_classifier.py
+#                             --group_by_length); 0 pads every batch to L
 #   --max_examples K          use only K reviews in all (smoke tests)
 #   --max_train_steps K       stop each fine-tuning after K steps (smoke tests)
 #   Other:
@@ -105,6 +108,7 @@ CURVE_STEPS="${CURVE_STEPS:-}"; PHASE2_STEPS="${PHASE2_STEPS:-2000}"
 MAX_DOCUMENTS="${MAX_DOCUMENTS:-0}"; INIT_FROM="${INIT_FROM:-}"; SEEDS="${SEEDS:-1}"; EPOCHS="${EPOCHS:-3}"
 POOLING="${POOLING:-cls}"
 BATCH="${BATCH:-32}"; LR="${LR:-2e-4}"; MAX_SEQ_LENGTH="${MAX_SEQ_LENGTH:-128}"
+GROUP_BY_LENGTH="${GROUP_BY_LENGTH:-1}"
 MAX_EXAMPLES="${MAX_EXAMPLES:-0}"; MAX_TRAIN_STEPS="${MAX_TRAIN_STEPS:-0}"
 SKIP_SETUP="${SKIP_SETUP:-0}"; PY="${VENV:+$VENV/bin/python}"
 HIDDEN="${HIDDEN:-256}"; LAYERS="${LAYERS:-2}"; HEADS="${HEADS:-4}"; FFN="${FFN:-1024}"
@@ -117,7 +121,8 @@ VALUE_OPTIONS="python=PY optimizer np controller output_dir pretrain_steps
   pretrain_batch pretrain_lr pretrain_warmup pretrain_seq_length
   max_predictions_per_seq dupe_factor whole_word_mask pretrain_save_steps phase2_steps
   max_documents init_from
-  seeds curve_steps epochs pooling batch lr max_seq_length max_examples max_train_steps"
+  seeds curve_steps epochs pooling batch lr max_seq_length group_by_length max_examples
+  max_train_steps"
 SWITCH_OPTIONS="gpu skip_setup force_pretrain"
 DASHES_FOR=run_pretraining.py
 parse_options "$@"
@@ -153,6 +158,11 @@ if [ -n "$INIT_FROM" ]; then
   INIT_FROM="$(cd "$INIT_FROM" && pwd)"
 fi
 case "$WHOLE_WORD_MASK" in 0|1) ;; *) die "--whole_word_mask must be 0 or 1, got '$WHOLE_WORD_MASK'" ;; esac
+case "$GROUP_BY_LENGTH" in
+  1) GROUPING=--group_by_length ;;
+  0) GROUPING=--nogroup_by_length ;;
+  *) die "--group_by_length must be 0 or 1, got '$GROUP_BY_LENGTH'" ;;
+esac
 case "$OPTIMIZER" in lamb|adamw) ;; *) die "--optimizer must be lamb or adamw, got '$OPTIMIZER'" ;; esac
 case "$CONTROLLER" in auto|gloo|mpi) ;; *) die "--controller must be auto, gloo or mpi, got '$CONTROLLER'" ;; esac
 
@@ -328,7 +338,8 @@ fi
 # (5, 6) Fine-tuning from the checkpoint and from random weights, per seed; a
 # finished fine-tuning of the same settings is reused.
 FINETUNE_KEY="$(key "$DATA_DIR/train.tsv" "$VOCAB" "$CONFIG" "processes=$NP" \
-  "epochs=$EPOCHS" "pooling=$POOLING" "batch=$BATCH" "lr=$LR" "seq=$MAX_SEQ_LENGTH" "steps=$MAX_TRAIN_STEPS")"
+  "epochs=$EPOCHS" "pooling=$POOLING" "batch=$BATCH" "lr=$LR" "seq=$MAX_SEQ_LENGTH" \
+  "steps=$MAX_TRAIN_STEPS" "grouping=$GROUPING")"
 finetune() {
   local name="$1" dir="$2"
   shift 2
@@ -342,7 +353,7 @@ finetune() {
     --eval_batch_size=64 --predict_batch_size=64 --learning_rate="$LR" \
     --num_train_epochs="$EPOCHS" --warmup_proportion=0.1 --seed="$seed" \
     --max_train_steps="$MAX_TRAIN_STEPS" --save_checkpoints_steps=500 \
-    --pooling="$POOLING" --log_every_secs=60 "$@"
+    --pooling="$POOLING" --log_every_secs=60 "$GROUPING" "$@"
 }
 PRETRAINED_DIRS=(); SCRATCH_DIRS=()
 for seed in ${SEEDS//,/ }; do

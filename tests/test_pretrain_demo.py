@@ -73,6 +73,10 @@ def test_pretrain_demo_runs_every_stage_then_reuses_the_checkpoint(tmp_path):
                "phase 2:", "accuracy against pretraining", "step       0",
                "step       2", "step       4", "+ phase 2: 2 steps"):
     assert line in summary, summary
+  # Every fine-tuning batches reviews of similar length (the default).
+  finetunes = [l for l in proc.stdout.splitlines()
+               if l.startswith("[pretrain-demo] stage finetune-")]
+  assert len(finetunes) == 3 and all(" --group_by_length" in l for l in finetunes), finetunes
   numbers = json.load(open(os.path.join(out, "pretrain_summary.json")))
   for key in ("pretrained_test_accuracy", "scratch_test_accuracy"):
     assert len(numbers[key]) == 1 and 0.0 <= numbers[key][0] <= 1.0
@@ -195,6 +199,7 @@ def check_init_from(out, hf_dir):
     ("--optimizer", "sgd", "--optimizer must be lamb or adamw, got 'sgd'"),
     ("--whole_word_mask", "yes", "--whole_word_mask must be 0 or 1, got 'yes'"),
     ("--pooling", "max", "--pooling must be cls or mean, got 'max'"),
+    ("--group_by_length", "yes", "--group_by_length must be 0 or 1, got 'yes'"),
     ("--init_from", "/nonexistent", "--init_from /nonexistent has no model.safetensors"),
     ("--curve_steps", "1500", "--curve_steps must be multiples of --pretrain_save_steps "
      "(1000) below --pretrain_steps (12000) (or equal to it with phase 2), got '1500'"),
