@@ -104,7 +104,9 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
   # Horovod: the distributed optimizer (see above).
   optimizer = hvd.DistributedOptimizer(base_optimizer, **dist_kwargs)
 
-  tvars = trainable_variables(trainable_pattern)
+  # --train_variables was checked against the model's names before the graph existed.
+  tvars = [v for v in tf1.trainable_variables()
+           if trainable_pattern is None or re.search(trainable_pattern, v.op.name)]
   # Slots are created here, outside the tf.cond that Horovod puts around
   # apply_gradients when it accumulates gradients.
   base_optimizer.create_slots(tvars)
@@ -150,18 +152,6 @@ def create_optimizer(loss, init_lr, num_train_steps, num_warmup_steps,
                      lambda: tf.group(global_step.assign_add(1)))
   return (tf.group(apply_op, update_loss_scale(loss_scale, finite, update_step)),
           learning_rate, grad_norm)
-
-
-def trainable_variables(pattern=None):
-  """The graph's trainable variables, or those whose names match `pattern`
-  (re.search); raises ValueError when the pattern matches none."""
-  tvars = tf1.trainable_variables()
-  if pattern is None:
-    return tvars
-  chosen = [v for v in tvars if re.search(pattern, v.op.name)]
-  if not chosen:
-    raise ValueError("no trainable variable matches %r" % pattern)
-  return chosen
 
 
 class OptimizerSettings(collections.namedtuple(
