@@ -14,7 +14,9 @@ child already reaped), and when every rank reads 0, so does `horovodrun`. A job 
 ends its ranks on SIGTERM with status 0 does the same. After such a signal this
 launcher exits 128 + the signal number (130 for Ctrl-C, 143 for `kill`), as a shell
 does, so that a caller (run_pretrain_demo.sh's next stage, a scheduler, `&&`) never
-takes a stopped job for a finished one.
+takes a stopped job for a finished one. Ranks that the signal ends non-zero make
+Horovod raise its "processes exited with non-zero status" error instead; after a
+signal that is the same stop, and the exit status the same.
 """
 
 import os
@@ -46,16 +48,23 @@ def main(argv):
   os.set_blocking(write_fd, False)
   signal.set_wakeup_fd(write_fd)
   sys.argv = ["horovodrun"] + argv
+  failure = None
   try:
     status = launch.run_commandline()
   except KeyboardInterrupt:  # Ctrl-C before Horovod took SIGINT over
     status = 128 + signal.SIGINT
+  except RuntimeError as e:  # Horovod's "processes exited with non-zero status"
+    status, failure = 1, e
   stops = [s for s in signals_received(read_fd) if s in (signal.SIGINT, signal.SIGTERM)]
-  if stops and not status:
+  if stops:
+    # Ranks a stop signal ended exit 0 (Horovod reports success) or non-zero (the
+    # signal killed them or the shell around them: Horovod raises): stopped, either way.
     name = signal.Signals(stops[0]).name
     print("horovodrun: stopped by %s before the job finished; exit %d" %
           (name, 128 + stops[0]), file=sys.stderr)
     return 128 + stops[0]
+  if failure is not None:
+    raise failure
   return status or 0
 
 
