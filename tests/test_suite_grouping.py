@@ -1,5 +1,5 @@
 """The suite's own scheduling under pytest-xdist (scripts/run_tests.sh): the files
-of conftest.XDIST_GROUPS keep their tests in one worker, the others spread."""
+that conftest.xdist_group names keep their tests in one worker, the others spread."""
 
 import os
 import re
