@@ -599,6 +599,36 @@ def average_over_processes(tensor):
   return hvd.allreduce(tensor, op=hvd.Average, name="average_over_processes")
 
 
+def gather_over_processes(tensor):
+  """The rows of `tensor` from every process, concatenated in rank order, in the graph.
+
+  A collective like `average_over_processes` (size > 1 only). Its gradient gives
+  each rank, for its own rows, the sum of every rank's gradient of them, so that
+  with the optimizer's average the update is that of one process with the
+  batches joined. (Horovod's own allgather gradient averages instead, and gathers
+  the row counts in the backward pass, which deadlocked under the Estimator.)
+
+  Args:
+    tensor: a float Tensor of shape [B, ...], B the same on every rank.
+
+  Returns:
+    Tensor of shape [size * B, ...]; rank r's rows are r * B ... (r + 1) * B - 1.
+  """
+  rank = hvd.rank()  # Horovod: this rank's rows in the gathered tensor.
+
+  @tf.custom_gradient
+  def gather(x):
+    def grad(dy):
+      # Horovod: the gathered rows' gradients summed over ranks; keep this rank's.
+      total = hvd.allreduce(dy, op=hvd.Sum, name="gather_over_processes_grad")
+      rows = tf.shape(x)[0]
+      return total[rank * rows:(rank + 1) * rows]
+    # Horovod: an allgather of a value of the forward pass.
+    return hvd.allgather(x, name="gather_over_processes"), grad
+
+  return gather(tensor)
+
+
 def plan_or_exit(setup_fn, *args):
   """`setup_fn(*args)` on every rank; a bad input on any rank ends all with exit 2.
 

@@ -1,4 +1,5 @@
-"""BERT pretraining (masked LM + next sentence), trained on many processes with Horovod.
+"""BERT pretraining (masked LM + next sentence, or a contrastive objective), trained
+on many processes with Horovod.
 
 One process:        python run_pretraining.py --input_file=data/pretrain-*.tfrecord \
                       --bert_config_file=bert_config.json --output_dir=out --do_train
@@ -22,6 +23,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 from absl import app  # pylint: disable=g-import-not-at-top
 from absl import flags
 
+import contrastive_model
 import distributed
 from distributed import InputError
 import modeling
@@ -34,6 +36,8 @@ LOG = train_metrics.LOG
 RESULT_FILES = ("eval_results.txt",)
 
 FLAGS = flags.FLAGS
+# --objective -> contrastive_model's positives.
+CONTRASTIVE_POSITIVES = {"simcse": "dropout", "segment_pairs": "segments"}
 
 ## Required parameters (and --bert_config_file: runner_common.define_flags)
 flags.DEFINE_string(
@@ -73,6 +77,17 @@ flags.DEFINE_enum(
     "optimizer", "adamw", ["adamw", "lamb"],
     "The optimizer: 'adamw' (Google's Adam with decoupled weight decay) or 'lamb' "
     "(layer-wise adaptive rates for large batches, You et al. 2019).")
+flags.DEFINE_enum(
+    "objective", "masked_lm", ["masked_lm"] + list(CONTRASTIVE_POSITIVES),
+    "'masked_lm': Google's masked LM + next sentence. Contrastive (the encoder "
+    "alone, no cls/ heads, on the same records with the masks put back; each "
+    "pair's first view against the second views of the global batch; the vector "
+    "is the mean of the last layer, as run_classifier.py --pooling=mean): "
+    "'simcse', unsupervised SimCSE (Gao et al. 2021), the first segment twice "
+    "under dropout; 'segment_pairs', the first segment against its true next one.")
+flags.DEFINE_float("contrastive_temperature", 0.05,
+                   "Softmax temperature of the cosine similarities (contrastive "
+                   "objectives).")
 flags.DEFINE_string(
     "train_variables", None,
     "A regular expression: train only the variables whose names it matches "
@@ -109,8 +124,9 @@ def validate_flags(flags_obj):
   for name in ("num_warmup_steps", "max_eval_steps", "train_shuffle_buffer"):
     if getattr(flags_obj, name) < 0:
       raise InputError("--%s must be >= 0, got %d" % (name, getattr(flags_obj, name)))
-  if flags_obj.learning_rate <= 0:
-    raise InputError("--learning_rate must be positive, got %g" % flags_obj.learning_rate)
+  for name in ("learning_rate", "contrastive_temperature"):
+    if getattr(flags_obj, name) <= 0:
+      raise InputError("--%s must be positive, got %g" % (name, getattr(flags_obj, name)))
   if flags_obj.max_predictions_per_seq > flags_obj.max_seq_length:
     raise InputError("--max_predictions_per_seq=%d exceeds --max_seq_length=%d" %
                      (flags_obj.max_predictions_per_seq, flags_obj.max_seq_length))
@@ -129,17 +145,23 @@ def check_init_checkpoint(init_checkpoint, bert_config):
       init_checkpoint, pretraining_model.expected_checkpoint_shapes(bert_config))
 
 
-def check_train_variables(pattern, bert_config):
+def model_variable_names(objective, bert_config):
+  """The names of the variables the model of `objective` has."""
+  if objective in CONTRASTIVE_POSITIVES:
+    return list(contrastive_model.expected_checkpoint_shapes(bert_config))
+  return list(pretraining_model.expected_checkpoint_shapes(bert_config))
+
+
+def check_train_variables(pattern, names):
   """Raises InputError unless `pattern` (--train_variables) is a regular
-  expression that matches some variable of the pretraining model."""
+  expression that matches some of the model's variable `names`."""
   try:
     regex = re.compile(pattern)
   except re.error as e:
     raise InputError("--train_variables=%s is not a regular expression: %s" % (pattern, e))
-  names = pretraining_model.expected_checkpoint_shapes(bert_config)
   if not any(regex.search(name) for name in names):
     raise InputError("--train_variables=%s matches none of the model's variables "
-                     "(they are named like bert/encoder/layer_0/... and cls/...)" % pattern)
+                     "(they are named like %s and %s)" % (pattern, names[0], names[-1]))
 
 
 def setup(flags_obj, runtime):
@@ -147,7 +169,7 @@ def setup(flags_obj, runtime):
 
   The plan has the shared fields (see `runner_common.RunPlan`) and: bert_config,
   input_files, max_seq_length, max_predictions_per_seq, num_train_steps,
-  num_warmup_steps, optimizer_name, layer_lr_decay (1.0), trainable_pattern
+  num_warmup_steps, objective, contrastive_temperature, optimizer_name, layer_lr_decay (1.0), trainable_pattern
   (--train_variables), save_checkpoints_steps, max_eval_steps,
   sparse_embedding_allreduce (False).
 
@@ -160,7 +182,8 @@ def setup(flags_obj, runtime):
   bert_config = runner_common.read_bert_config(flags_obj.bert_config_file,
                                                flags_obj.max_seq_length)
   if flags_obj.train_variables is not None:
-    check_train_variables(flags_obj.train_variables, bert_config)
+    check_train_variables(flags_obj.train_variables,
+                          model_variable_names(flags_obj.objective, bert_config))
   input_files = pretraining_data.expand_input_files(flags_obj.input_file)
   # Horovod: each rank checks the files it reads; rank 0 reads them all for eval.
   to_check = set()
@@ -182,6 +205,8 @@ def setup(flags_obj, runtime):
       max_predictions_per_seq=flags_obj.max_predictions_per_seq,
       num_train_steps=flags_obj.num_train_steps,
       num_warmup_steps=flags_obj.num_warmup_steps,
+      objective=flags_obj.objective,
+      contrastive_temperature=flags_obj.contrastive_temperature,
       optimizer_name=flags_obj.optimizer, layer_lr_decay=1.0,
       trainable_pattern=flags_obj.train_variables,
       sparse_embedding_allreduce=False,
@@ -193,23 +218,33 @@ def setup(flags_obj, runtime):
 
 
 def make_estimator(plan):
-  """An Estimator of the pretraining model for this rank."""
+  """An Estimator of the pretraining model (of `plan.objective`) for this rank."""
+  args = runner_common.model_fn_args(plan, unit="sequences")
+  if plan.objective in CONTRASTIVE_POSITIVES:
+    return runner_common.make_estimator(plan, contrastive_model.model_fn_builder(
+        temperature=plan.contrastive_temperature,
+        positives=CONTRASTIVE_POSITIVES[plan.objective], rank=plan.rank,
+        # Horovod: every rank's second views are negatives of every rank's queries,
+        # and the loss divides by the mean count of queries of all ranks, so N
+        # ranks x batch b train as one process with batch N x b.
+        gather_fn=distributed.gather_over_processes if plan.size > 1 else None,
+        **args))
   return runner_common.make_estimator(plan, pretraining_model.model_fn_builder(
       # Horovod: the masked-LM loss divides by the mean prediction count of all
       # ranks, so N ranks x batch b train as one process with batch N x b.
       mean_over_processes=distributed.average_over_processes if plan.size > 1 else None,
-      **runner_common.model_fn_args(plan, unit="sequences")))
+      **args))
 
 
 def train(plan):
   """Trains to `num_train_steps` on every rank, resuming from rank 0's checkpoint."""
   k = plan.accumulation_steps
   LOG.info("pretraining: %s; %d processes x batch %d%s = global batch %d sequences, "
-           "%d steps (%d warmup), %s%s; %s",
+           "%d steps (%d warmup), %s, %s%s; %s",
            pretraining_data.describe_sharding(len(plan.input_files), plan.size),
            plan.size, plan.per_process_batch, " x %d accumulated" % k if k > 1 else "",
            plan.global_batch, plan.num_train_steps, plan.num_warmup_steps,
-           plan.optimizer_name,
+           plan.objective, plan.optimizer_name,
            "" if plan.trainable_pattern is None else
            ", training only the variables matching %r" % plan.trainable_pattern,
            distributed.describe(plan.runtime, plan.compute_type, plan.use_xla,

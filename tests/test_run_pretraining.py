@@ -117,6 +117,47 @@ def test_two_processes_match_one_process_with_double_batch(tmp_path, optimizer):
 
 
 @requires("horovodrun")
+@pytest.mark.parametrize("objective", ["simcse", "segment_pairs"])
+def test_contrastive_two_processes_match_one_process_with_double_batch(tmp_path,
+                                                                      objective):
+  """A contrastive --objective, dropout off: 2 x batch 4 ends with the weights of 1 x 8.
+
+  This fails unless each rank's second views are negatives of the other rank's
+  queries, the gradient through the gather is exact and the loss divides by the
+  queries of all ranks. The checkpoint has the encoder only, and eval writes the
+  contrastive metrics.
+  """
+  paths, _ = write_shards(str(tmp_path / "data"), 1, 37)
+  config = write_config(str(tmp_path))
+  init = make_init_checkpoint(str(tmp_path / "init"), config)
+  common = ["--do_train", "--train_shuffle_buffer=0", "--scale_learning_rate=false",
+            "--num_train_steps=6", "--num_warmup_steps=0", "--objective=" + objective,
+            "--init_checkpoint=" + init, "--save_checkpoints_steps=100"]
+  one, two = str(tmp_path / "one"), str(tmp_path / "two")
+  assert_ok(run_pretraining("python", 1, pretrain_args(
+      paths[0], config, one, "--train_batch_size=8", "--do_eval", "--eval_batch_size=8",
+      "--max_eval_steps=2", *common)))
+  proc = run_pretraining("horovodrun", 2, pretrain_args(paths[0], config, two,
+                                                        "--train_batch_size=4", *common))
+  assert_ok(proc)
+  assert "global batch 8 sequences, 6 steps (0 warmup), %s, adamw" % objective in (
+      proc.stderr)
+  w1 = model_weights(tf.train.latest_checkpoint(one))
+  w2 = model_weights(tf.train.latest_checkpoint(two))
+  assert sorted(w1) == sorted(w2) == sorted(modeling.expected_checkpoint_shapes(
+      modeling.BertConfig.from_json_file(config)))
+  start = model_weights(init)
+  moved = 0
+  for name in w1:
+    np.testing.assert_allclose(w2[name], w1[name], rtol=1e-4, atol=2e-5, err_msg=name)
+    moved += not np.allclose(w1[name], start[name])
+  assert moved > 20  # Training really changed the weights.
+  results = read_eval_results(os.path.join(one, "eval_results.txt"))
+  assert set(results) >= {"contrastive_accuracy", "contrastive_loss"}
+  assert 0.0 <= results["contrastive_accuracy"] <= 1.0 and results["contrastive_loss"] > 0
+
+
+@requires("horovodrun")
 def test_files_split_resume_to_exact_step_and_eval(tmp_path):
   """3 files on 2 ranks (by file); a run cut after a checkpoint resumes from it, ends
   at exactly num_train_steps on every rank with the weights of the uncut run (the
@@ -261,6 +302,11 @@ def bad_checkpoint(tmp_path, paths):
           "shape [7], the config needs [%d]" % len(VOCAB))
 
 
+def bad_temperature(tmp_path, paths):
+  return (["--objective=simcse", "--contrastive_temperature=0"],
+          "--contrastive_temperature must be positive, got 0")
+
+
 def bad_accumulation(tmp_path, paths):
   return (["--gradient_accumulation_steps=3"],
           "--num_train_steps=10 is not a multiple of --gradient_accumulation_steps=3")
@@ -281,7 +327,7 @@ def train_variables_match_none(tmp_path, paths):
 
 
 BAD_INPUTS = [no_match, wrong_seq_length, not_records, bad_checkpoint, bad_accumulation,
-              unknown_optimizer, bad_train_variables, train_variables_match_none]
+              bad_temperature, unknown_optimizer, bad_train_variables, train_variables_match_none]
 
 
 @requires("horovodrun")
