@@ -78,6 +78,38 @@ def train_states(out):
           for folder in (out, os.path.join(out, "1"))]
 
 
+def one_and_two_processes(tmp_path, flags, one_flags=()):
+  """Trains 1 x batch 8 and 2 x batch 4 from the same fresh checkpoint on one file
+  of 37 records read in order (dropout off); returns (2-process result, folder of
+  the 1-process run, folder of the 2-process run, initial checkpoint, config)."""
+  paths, _ = write_shards(str(tmp_path / "data"), 1, 37)
+  config = write_config(str(tmp_path))
+  init = make_init_checkpoint(str(tmp_path / "init"), config)
+  common = ["--do_train", "--train_shuffle_buffer=0", "--scale_learning_rate=false",
+            "--init_checkpoint=" + init, "--save_checkpoints_steps=100"] + list(flags)
+  one, two = str(tmp_path / "one"), str(tmp_path / "two")
+  assert_ok(run_pretraining("python", 1, pretrain_args(
+      paths[0], config, one, "--train_batch_size=8", *(common + list(one_flags)))))
+  proc = run_pretraining("horovodrun", 2, pretrain_args(paths[0], config, two,
+                                                        "--train_batch_size=4", *common))
+  assert_ok(proc)
+  return proc, one, two, init, config
+
+
+def assert_same_trained_weights(one, two, init, names, min_moved):
+  """The two runs' last checkpoints hold `names` and the same weights (rtol 1e-4),
+  and more than `min_moved` of them moved from `init`."""
+  w1 = model_weights(tf.train.latest_checkpoint(one))
+  w2 = model_weights(tf.train.latest_checkpoint(two))
+  assert sorted(w1) == sorted(w2) == sorted(names)
+  start = model_weights(init)
+  moved = 0
+  for name in w1:
+    np.testing.assert_allclose(w2[name], w1[name], rtol=1e-4, atol=2e-5, err_msg=name)
+    moved += not np.allclose(w1[name], start[name])
+  assert moved > min_moved  # Training really changed the weights.
+
+
 @requires("horovodrun")
 @pytest.mark.parametrize("optimizer", ["adamw", "lamb"])
 def test_two_processes_match_one_process_with_double_batch(tmp_path, optimizer):
@@ -87,31 +119,12 @@ def test_two_processes_match_one_process_with_double_batch(tmp_path, optimizer):
   is not an error). This fails if gradients are not averaged, if rank 1 does not
   start from rank 0's weights, or if the ranks' records do not make the batch.
   """
-  paths, _ = write_shards(str(tmp_path / "data"), 1, 37)
-  config = write_config(str(tmp_path))
-  init = make_init_checkpoint(str(tmp_path / "init"), config)
-  common = ["--do_train", "--train_shuffle_buffer=0", "--scale_learning_rate=false",
-            "--num_train_steps=8", "--num_warmup_steps=2", "--optimizer=" + optimizer,
-            "--init_checkpoint=" + init, "--save_checkpoints_steps=100"]
-  one, two = str(tmp_path / "one"), str(tmp_path / "two")
-  assert_ok(run_pretraining("python", 1, pretrain_args(paths[0], config, one,
-                                                       "--train_batch_size=8", *common)))
-  proc = run_pretraining("horovodrun", 2, pretrain_args(paths[0], config, two,
-                                                        "--train_batch_size=4", *common))
-  assert_ok(proc)
+  proc, one, two, init, config = one_and_two_processes(
+      tmp_path, ["--num_train_steps=8", "--num_warmup_steps=2", "--optimizer=" + optimizer])
   assert "1 input file < 2 ranks: split by record" in proc.stderr
   assert "global batch 8 sequences" in proc.stderr
-  w1 = model_weights(tf.train.latest_checkpoint(one))
-  w2 = model_weights(tf.train.latest_checkpoint(two))
-  assert sorted(w1) == sorted(w2) == sorted(
-      pretraining_model.expected_checkpoint_shapes(
-          modeling.BertConfig.from_json_file(config)))
-  start = model_weights(init)
-  moved = 0
-  for name in w1:
-    np.testing.assert_allclose(w2[name], w1[name], rtol=1e-4, atol=2e-5, err_msg=name)
-    moved += not np.allclose(w1[name], start[name])
-  assert moved > 30  # Training really changed the weights.
+  assert_same_trained_weights(one, two, init, pretraining_model.expected_checkpoint_shapes(
+      modeling.BertConfig.from_json_file(config)), min_moved=30)
   for state in train_states(two):
     assert state["global_step"] == 8
 
@@ -127,31 +140,13 @@ def test_contrastive_two_processes_match_one_process_with_double_batch(tmp_path,
   queries of all ranks. The checkpoint has the encoder only, and eval writes the
   contrastive metrics.
   """
-  paths, _ = write_shards(str(tmp_path / "data"), 1, 37)
-  config = write_config(str(tmp_path))
-  init = make_init_checkpoint(str(tmp_path / "init"), config)
-  common = ["--do_train", "--train_shuffle_buffer=0", "--scale_learning_rate=false",
-            "--num_train_steps=6", "--num_warmup_steps=0", "--objective=" + objective,
-            "--init_checkpoint=" + init, "--save_checkpoints_steps=100"]
-  one, two = str(tmp_path / "one"), str(tmp_path / "two")
-  assert_ok(run_pretraining("python", 1, pretrain_args(
-      paths[0], config, one, "--train_batch_size=8", "--do_eval", "--eval_batch_size=8",
-      "--max_eval_steps=2", *common)))
-  proc = run_pretraining("horovodrun", 2, pretrain_args(paths[0], config, two,
-                                                        "--train_batch_size=4", *common))
-  assert_ok(proc)
+  proc, one, two, init, config = one_and_two_processes(
+      tmp_path, ["--num_train_steps=6", "--num_warmup_steps=0", "--objective=" + objective],
+      one_flags=["--do_eval", "--eval_batch_size=8", "--max_eval_steps=2"])
   assert "global batch 8 sequences, 6 steps (0 warmup), %s, adamw" % objective in (
       proc.stderr)
-  w1 = model_weights(tf.train.latest_checkpoint(one))
-  w2 = model_weights(tf.train.latest_checkpoint(two))
-  assert sorted(w1) == sorted(w2) == sorted(modeling.expected_checkpoint_shapes(
-      modeling.BertConfig.from_json_file(config)))
-  start = model_weights(init)
-  moved = 0
-  for name in w1:
-    np.testing.assert_allclose(w2[name], w1[name], rtol=1e-4, atol=2e-5, err_msg=name)
-    moved += not np.allclose(w1[name], start[name])
-  assert moved > 20  # Training really changed the weights.
+  assert_same_trained_weights(one, two, init, modeling.expected_checkpoint_shapes(
+      modeling.BertConfig.from_json_file(config)), min_moved=20)
   results = read_eval_results(os.path.join(one, "eval_results.txt"))
   assert set(results) >= {"contrastive_accuracy", "contrastive_loss"}
   assert 0.0 <= results["contrastive_accuracy"] <= 1.0 and results["contrastive_loss"] > 0
