@@ -169,9 +169,9 @@ def setup(flags_obj, runtime):
 
   The plan has the shared fields (see `runner_common.RunPlan`) and: bert_config,
   input_files, max_seq_length, max_predictions_per_seq, num_train_steps,
-  num_warmup_steps, objective, contrastive_temperature, optimizer_name, layer_lr_decay (1.0), trainable_pattern
-  (--train_variables), save_checkpoints_steps, max_eval_steps,
-  sparse_embedding_allreduce (False).
+  num_warmup_steps, objective, contrastive_temperature, optimizer_name,
+  layer_lr_decay (1.0), trainable_pattern (--train_variables),
+  save_checkpoints_steps, max_eval_steps, sparse_embedding_allreduce (False).
 
   Called from `main` only. Every rank runs this before any collective operation.
   """
