@@ -29,9 +29,7 @@ def sentence_representation(model, input_mask, pooling):
     return model.get_pooled_output()
   if pooling != "mean":
     raise ValueError("pooling must be one of %s, got %r" % (POOLINGS, pooling))
-  mask = tf.cast(input_mask, tf.float32)[:, :, tf.newaxis]  # [B, S, 1]
-  total = tf.reduce_sum(model.get_sequence_output() * mask, axis=1)  # [B, H]
-  return total / tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)
+  return modeling.mean_pooling(model.get_sequence_output(), input_mask)
 
 
 def create_model(bert_config, is_training, input_ids, input_mask, segment_ids, labels,

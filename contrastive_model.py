@@ -23,7 +23,6 @@ import collections
 import tensorflow as tf
 import tensorflow_estimator as tf_estimator
 
-import classifier_model
 import modeling
 import optimization
 
@@ -151,7 +150,7 @@ def create_model(bert_config, features, temperature, positives="dropout",
   model = modeling.BertModel(
       config=bert_config, is_training=True, input_ids=both_ids, input_mask=both_masks,
       token_type_ids=tf.zeros_like(both_ids), compute_type=compute_type)
-  views = classifier_model.sentence_representation(model, both_masks, "mean")
+  views = modeling.mean_pooling(model.get_sequence_output(), both_masks)  # [2B, H]
   (loss, per_example_loss, logits, labels) = get_contrastive_output(
       tf.cast(views, tf.float32), temperature, weights, gather_fn=gather_fn, rank=rank)
   outputs = {"contrastive_example_loss": per_example_loss,

@@ -253,6 +253,23 @@ class BertModel(object):
     return self.embedding_table
 
 
+def mean_pooling(sequence_output, input_mask):
+  """The mean of each sequence's hidden states over its real tokens.
+
+  Args:
+    sequence_output: float32 Tensor of shape [batch_size, seq_length, hidden_size],
+      e.g. `BertModel.get_sequence_output()`.
+    input_mask: int32 Tensor of shape [batch_size, seq_length], 1 for real tokens.
+
+  Returns:
+    float32 Tensor of shape [batch_size, hidden_size] (zeros for a sequence
+    without real tokens).
+  """
+  mask = tf.cast(input_mask, tf.float32)[:, :, tf.newaxis]  # [B, S, 1]
+  total = tf.reduce_sum(sequence_output * mask, axis=1)  # [B, H]
+  return total / tf.maximum(tf.reduce_sum(mask, axis=1), 1.0)
+
+
 _GELU_A = 0.044715
 _GELU_B = math.sqrt(2 / math.pi)
 
