@@ -115,31 +115,21 @@ def test_pretrain_demo_runs_every_stage_then_reuses_the_checkpoint(tmp_path):
   with open(os.path.join(out, "data", "pretrain", "vocab.txt")) as f:
     assert start.shape == (sum(1 for _ in f), 32)
 
-  # A re-run with another seed only fine-tunes: the checkpoints are reused as they are.
+  # A re-run with one more seed only fine-tunes that seed: the checkpoints and the
+  # first seed's fine-tunings are reused as they are; the summary means both seeds.
   mtime = os.path.getmtime(checkpoint + ".index")
-  proc = run_demo(out, "--seeds", "2")
+  proc = run_demo(out, "--seeds", "1,2")
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   status = stage_status(out)
   assert (status["records"] == status["pretrain"] == status["records-phase2"] ==
           status["pretrain-phase2"] == status["baseline"] == "cached")
+  assert status["finetune-pretrained-seed1"] == status["finetune-scratch-seed1"] == "cached"
   assert status["finetune-pretrained-seed2"] == status["finetune-scratch-seed2"] == "ran"
   assert "run_pretraining.py" not in proc.stdout
   assert os.path.getmtime(checkpoint + ".index") == mtime
   assert only_dir(out, "pretrain-") == pretrain_dir
-
-  # Without phase 2 the pretrained fine-tuning starts from phase 1's checkpoint.
-  proc = run_demo(out, "--seeds", "2", "--phase2_steps", "0")
-  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-  status = stage_status(out)
-  assert "pretrain-phase2" not in status and status["pretrain"] == "cached"
-  assert status["finetune-pretrained-seed2"] == "ran"
-  assert status["finetune-scratch-seed2"] == "cached"
-  phase1_start = [d for d in os.listdir(out) if d.startswith("finetune-pretrained-") and
-                  "-phase2-" not in d and "-step" not in d]
-  assert len(phase1_start) == 1, phase1_start
-  np.testing.assert_array_equal(
-      word_embeddings(os.path.join(out, phase1_start[0], "model.ckpt-0")),
-      word_embeddings(checkpoint))
+  numbers = json.load(open(os.path.join(out, "pretrain_summary.json")))
+  assert len(numbers["pretrained_test_accuracy"]) == len(numbers["scratch_test_accuracy"]) == 2
 
   # From a Hugging Face model: same data and records (cached), its size and weights.
   check_init_from(out, str(tmp_path / "hf"))
@@ -168,6 +158,13 @@ def check_init_from(out, hf_dir):
                    "init=%s\n" % init_key in read(os.path.join(out, d, "settings.txt"))]
   assert len(pretrain_dirs) == 1, pretrain_dirs
   start = os.path.join(out, pretrain_dirs[0], "model.ckpt-0")
+  # Without phase 2 the pretrained fine-tuning starts from phase 1's last checkpoint.
+  key = pretrain_dirs[0][len("pretrain-"):]
+  finetuned = [d for d in os.listdir(out) if d.startswith("finetune-pretrained-%s-" % key)]
+  assert len(finetuned) == 1 and "-phase2-" not in finetuned[0], finetuned
+  np.testing.assert_array_equal(
+      word_embeddings(os.path.join(out, finetuned[0], "model.ckpt-0")),
+      word_embeddings(os.path.join(out, pretrain_dirs[0], "model.ckpt-4")))
   name = "bert/encoder/layer_1/output/dense/kernel"
   np.testing.assert_array_equal(tf.train.load_variable(start, name), google[name])
   with open(os.path.join(out, "data", "pretrain", "vocab.txt"), encoding="utf-8") as f:
