@@ -350,7 +350,7 @@ def test_real_tiny_benchmark(tmp_path):
   work = tmp_path / "work"
   cmd = [sys.executable, SCRIPT, "--num_hidden_layers", "1", "--hidden_size", "32",
          "--num_attention_heads", "2", "--intermediate_size", "64",
-         "--max_seq_length", "16", "--vocab_size", "200", "--settings", "1x1,2x1",
+         "--max_seq_length", "16", "--vocab_size", "200", "--settings", "2x1",
          "--steps", "8", "--batch", "4", "--work_dir", str(work), "--repeats", "2",
          "--independent",
          "--matmul_n", "256", "--peak_secs", "0.3", "--peak_repeats", "1"]
@@ -358,7 +358,7 @@ def test_real_tiny_benchmark(tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   results = json.load(open(work / "benchmark.json"))
   runs = {r["setting"]: r for r in results["runs"]}
-  assert set(runs) == {"1x1", "2x1", "2x1 independent"}
+  assert set(runs) == {"2x1", "2x1 independent"}
   for name, r in runs.items():
     assert r["metrics"]["examples_per_sec_global"] > 0, name
     assert r["metrics"]["steps_timed"] == 3
@@ -384,13 +384,12 @@ def test_real_tiny_benchmark(tmp_path):
   assert results["machine"]["nproc"] >= 1 and results["machine"]["tf_version"]
   assert "| processes x threads | precision | global examples/sec |" in proc.stdout
   assert "| 2x1 |" in proc.stdout
-  assert "2x1 vs 1x1 scaling efficiency:" in proc.stdout
   # The default controller: MPI where Horovod has it (CI builds it), else Gloo.
   controller = results["config"]["args"]["controller"]
   assert controller in ("gloo", "mpi")
   if os.environ.get("CI"):
     assert controller == "mpi"
-  assert all(runs[name]["command"][3] == "--" + controller for name in ("1x1", "2x1"))
+  assert runs["2x1"]["command"][3] == "--" + controller
   assert "Horovod controller: %s" % controller in proc.stdout
 
 
