@@ -3,6 +3,7 @@
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -125,6 +126,13 @@ def run_job(launcher, np, args, timeout=JOB_TIMEOUT, script="run_classifier.py")
   cmd = launcher_prefix(launcher, np) + [os.path.join(ROOT, script)] + list(args)
   return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
                         timeout=timeout)
+
+
+def reporting_ranks(output, message):
+  """The ranks whose error line in a job's output carries `message` (each rank's
+  error reads "SCRIPT: error (rank R): MESSAGE")."""
+  return {int(m.group(1)) for line in output.splitlines() if message in line
+          for m in [re.search(r"error \(rank (\d+)\)", line)] if m}
 
 
 def requires(tool):
