@@ -1,5 +1,6 @@
 """Shared fixtures: a tiny BERT config, vocab and `tsv` task, and job launchers."""
 
+import functools
 import json
 import os
 import random
@@ -105,14 +106,23 @@ def export_probabilities(export_dir, task_dir):
   )["probabilities"].numpy()
 
 
+@functools.lru_cache(maxsize=None)
+def controllers_built():
+  """Horovod's controllers ("gloo,mpi"), asked once per test process."""
+  # Imported here: test_suite_grouping.py runs this file alone.
+  import horovodrun_checked_once  # pylint: disable=import-outside-toplevel
+  return horovodrun_checked_once.controllers_built(sys.executable)
+
+
 def launcher_prefix(launcher, np):
   """The command prefix that starts `np` processes with `launcher`."""
   if launcher == "python":
     assert np == 1
     return [sys.executable]
   if launcher == "horovodrun":
-    return [shutil.which("horovodrun") or "horovodrun", "-np", str(np), "--gloo",
-            sys.executable]
+    # Horovod's launcher with its per-launch build check answered once (see there).
+    return [sys.executable, os.path.join(ROOT, "tests", "horovodrun_checked_once.py"),
+            "--built=" + controllers_built(), "-np", str(np), "--gloo", sys.executable]
   if launcher == "mpirun":
     return ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np),
             "-bind-to", "none", "-map-by", "slot", sys.executable]

@@ -494,3 +494,20 @@ def test_mpirun_launcher_on_two_hosts(tiny_task, tmp_path, two_hosts):
   assert {s["cross_rank"] for s in states} == {0, 1}, states  # ranks on both hosts
   assert [(s["cross_rank"], s["local_rank"], s["local_size"]) for s in states] == [
       (0, 0, 2), (0, 1, 2), (1, 0, 2), (1, 1, 2)], states
+
+
+@requires("horovodrun")
+def test_tests_horovodrun_answers_the_build_check_as_horovod_does():
+  """tests/horovodrun_checked_once.py (conftest's "horovodrun") runs Horovod's
+  launcher; a controller missing from --built fails as under `horovodrun`."""
+  shim = [sys.executable, os.path.join(ROOT, "tests", "horovodrun_checked_once.py")]
+  ran = subprocess.run(shim + ["--built=gloo", "-np", "2", "--gloo", sys.executable, "-c",
+                               "import os; print('rank', os.environ['HOROVOD_RANK'])"],
+                       capture_output=True, text=True, timeout=120)
+  assert ran.returncode == 0, ran.stderr[-3000:]
+  assert "rank 0" in ran.stdout and "rank 1" in ran.stdout, ran.stdout
+  refused = subprocess.run(shim + ["--built=mpi", "-np", "2", "--gloo", sys.executable,
+                                   "-c", "pass"], capture_output=True, text=True,
+                           timeout=120)
+  assert refused.returncode != 0
+  assert "Gloo support has not been built" in refused.stderr, refused.stderr[-3000:]
