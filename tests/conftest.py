@@ -180,10 +180,30 @@ def xdist_group(file_name):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-  """Marks the tests of the grouped files with their `xdist_group`. First among
-  the hooks: pytest-xdist's own reads the marks (and adds "@group" to each test's
-  id, which `-v` shows)."""
+  """Marks the tests of the grouped files with their `xdist_group` and puts the
+  longest jobs' files first (`LONG_JOB_FILES`). First among the hooks:
+  pytest-xdist's own reads the marks (and adds "@group" to each test's id, which
+  `-v` shows)."""
   for item in items:
     group = xdist_group(os.path.basename(str(item.fspath)))
     if group:
       item.add_marker(pytest.mark.xdist_group(group))
+  items.sort(key=lambda item: start_rank(os.path.basename(str(item.fspath))))
+
+
+# pytest-xdist hands out the grouped files first (the most tests first), then the
+# other tests in collection order, and each worker holds up to two tests it has not
+# started: a long test collected last can keep one worker busy for minutes while
+# the other has nothing left (the stop tests did: 2 idle minutes of one core at the
+# end of a run). So the files of the longest jobs go first, in this order, and the
+# unit-test files (under a second a test) fill the end.
+LONG_JOB_FILES = ("test_stop_job.py", "test_benchmark.py", "test_run_pretraining.py",
+                  "test_reliability.py", "test_correctness.py", "test_distributed.py",
+                  "test_launchers.py", "test_average_checkpoints.py")
+
+
+def start_rank(file_name):
+  """Sort key of a test file's tests: LONG_JOB_FILES in their order, then the rest."""
+  if file_name in LONG_JOB_FILES:
+    return LONG_JOB_FILES.index(file_name)
+  return len(LONG_JOB_FILES)
