@@ -16,9 +16,10 @@ tests (test_launchers.py, test_stop_job.py, the demos, the benchmark) run the re
 import subprocess
 import sys
 
-PROBE = ("import horovod.tensorflow as hvd; "
-         "print(','.join(c for c, built in (('gloo', hvd.gloo_built()), "
-         "('mpi', hvd.mpi_built())) if built))")
+# Horovod: the build check horovodrun makes before every launch (hvd.gloo_built(),
+# hvd.mpi_built()), made once here.
+PROBE = ("import horovod.tensorflow as hvd; print(','.join("
+         "c for c in ('gloo', 'mpi') if getattr(hvd, c + '_built')()))")
 
 
 def controllers_built(python):
