@@ -6,6 +6,7 @@
 #   bash scripts/run_demo.sh --np 4 --gpu         # 4 GPUs on this host
 #   bash scripts/run_demo.sh --launcher mpirun --seed 2
 #   bash scripts/run_demo.sh -- --use_amp         # bfloat16 matmuls (CPUs with AMX/avx512_bf16)
+#   bash scripts/run_demo.sh --init_from multilingual-e5-small   # a pretrained model (README)
 #
 # Options (each also as an environment variable, e.g. NP=2 EPOCHS=3):
 #   --np N               processes (default: CPU cores, or GPUs with --gpu)
