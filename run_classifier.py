@@ -183,6 +183,26 @@ def check_pooling(output_dir, pooling):
                      (pooling, path, recorded))
 
 
+def no_step_message(num_examples, flags_obj, size):
+  """Why training makes no optimizer update: one line naming the flags to change."""
+  batch = "%d x %d processes" % (flags_obj.train_batch_size, size)
+  steps, _ = distributed.compute_train_steps(
+      num_examples, flags_obj.train_batch_size, size, flags_obj.num_train_epochs, 0.0,
+      flags_obj.max_train_steps)
+  if steps < 1:
+    return ("%d training examples make no step of %s; lower --train_batch_size or "
+            "raise --num_train_epochs" % (num_examples, batch))
+  if flags_obj.max_train_steps == steps:
+    cause, fix = "--max_train_steps=%d" % steps, "raise --max_train_steps"
+  else:
+    cause = "%d training examples x %g epochs make %d steps of %s" % (
+        num_examples, flags_obj.num_train_epochs, steps, batch)
+    fix = "raise --num_train_epochs"
+  return ("%s: fewer than one update of --gradient_accumulation_steps=%d steps; lower "
+          "--gradient_accumulation_steps or %s" % (
+              cause, flags_obj.gradient_accumulation_steps, fix))
+
+
 def setup(flags_obj, runtime):
   """Validates inputs and derives the `runner_common.RunPlan`; raises InputError.
 
@@ -261,9 +281,7 @@ def setup(flags_obj, runtime):
         flags_obj.num_train_epochs, flags_obj.warmup_proportion,
         flags_obj.max_train_steps, flags_obj.gradient_accumulation_steps)
     if num_train_steps < 1:
-      raise InputError("%d training examples make no step of %d x %d processes; lower "
-                       "--train_batch_size or raise --num_train_epochs" %
-                       (len(train_examples), flags_obj.train_batch_size, size))
+      raise InputError(no_step_message(len(train_examples), flags_obj, size))
 
   save_checkpoints_steps = distributed.checkpoint_interval(
       flags_obj.save_checkpoints_steps, flags_obj.gradient_accumulation_steps)

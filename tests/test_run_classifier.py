@@ -284,3 +284,24 @@ def test_teacher_probabilities_reach_the_input_fn(tmp_path):
   assert classifier_data.convert_examples_cached(examples, ["0", "1"], 8, tokenizer, record)
   assert not classifier_data.convert_examples_cached(examples, ["0", "1"], 8, tokenizer,
                                                      record)
+
+
+def test_no_step_message_names_the_flag_that_leaves_no_update():
+  def flags(**kw):
+    values = dict(train_batch_size=8, num_train_epochs=1.0, max_train_steps=0,
+                  gradient_accumulation_steps=1)
+    values.update(kw)
+    return types.SimpleNamespace(**values)
+  assert rc.no_step_message(10, flags(), 2) == (
+      "10 training examples make no step of 8 x 2 processes; lower "
+      "--train_batch_size or raise --num_train_epochs")
+  # 40 examples make 2 steps of 8 x 2 processes: not one update of 4 steps.
+  assert rc.no_step_message(40, flags(gradient_accumulation_steps=4), 2) == (
+      "40 training examples x 1 epochs make 2 steps of 8 x 2 processes: fewer than "
+      "one update of --gradient_accumulation_steps=4 steps; lower "
+      "--gradient_accumulation_steps or raise --num_train_epochs")
+  assert rc.no_step_message(
+      400, flags(gradient_accumulation_steps=4, max_train_steps=3), 2).startswith(
+          "--max_train_steps=3: fewer than one update of "
+          "--gradient_accumulation_steps=4 steps; lower --gradient_accumulation_steps "
+          "or raise --max_train_steps")
