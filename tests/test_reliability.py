@@ -100,6 +100,10 @@ def mismatched_checkpoint(task):
           "needs [20, 32]")
 
 
+def no_checkpoints(task):
+  return ["--save_checkpoints_steps=0"], "--save_checkpoints_steps must be positive, got 0"
+
+
 def too_few_steps_to_accumulate(task):
   return (["--max_train_steps=3", "--gradient_accumulation_steps=4"],
           "--max_train_steps=3: fewer than one update of "
@@ -116,8 +120,8 @@ def unknown_flag(task):
 
 BAD_INPUTS = [bad_train_line, unknown_dev_label, empty_train, missing_dev, empty_vocab,
               config_not_json, config_missing_key, vocab_too_big, seq_too_long,
-              bad_batch, bad_lr, too_few_steps_to_accumulate, missing_checkpoint,
-              mismatched_checkpoint, unknown_task, unknown_flag]
+              bad_batch, bad_lr, no_checkpoints, too_few_steps_to_accumulate,
+              missing_checkpoint, mismatched_checkpoint, unknown_task, unknown_flag]
 
 
 # Under mpirun (it starts faster than horovodrun, and passes the rank's exit status

@@ -227,6 +227,17 @@ def test_speed_flag_conflicts_are_input_errors(overrides, message):
     rc.validate_flags(flag_values(**overrides))
 
 
+@pytest.mark.parametrize("overrides,message", [
+    ({"save_checkpoints_steps": 0}, "--save_checkpoints_steps must be positive, got 0"),
+    ({"max_train_steps": -5}, "--max_train_steps must be >= 0, got -5"),
+    ({"train_shuffle_buffer": -1}, "--train_shuffle_buffer must be >= 0, got -1"),
+])
+def test_step_and_buffer_counts_out_of_range_are_input_errors(overrides, message):
+  rc.validate_flags(flag_values())
+  with pytest.raises(rc.InputError, match=message):
+    rc.validate_flags(flag_values(**overrides))
+
+
 @pytest.mark.parametrize("value", [0.0, -0.5, 1.5])
 def test_layer_lr_decay_outside_zero_one_is_an_input_error(value):
   with pytest.raises(rc.InputError, match=r"--layer_lr_decay must be in \(0, 1\], got %g" % value):
