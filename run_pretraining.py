@@ -198,6 +198,11 @@ def setup(flags_obj, runtime):
   # Horovod: only rank 0 reads the initial checkpoint; the broadcast copies it.
   if flags_obj.init_checkpoint and runtime.rank == 0:
     check_init_checkpoint(flags_obj.init_checkpoint, bert_config)
+  # Horovod: rank 0 evaluates from its own checkpoints.
+  if runtime.rank == 0:
+    runner_common.check_trained_model(
+        flags_obj.output_dir, flags_obj.init_checkpoint, flags_obj.do_train,
+        ["do_eval"] if flags_obj.do_eval else [])
 
   return runner_common.RunPlan(
       bert_config=bert_config, input_files=input_files,

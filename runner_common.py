@@ -57,6 +57,31 @@ def validate_flags(flags_obj, actions, required):
       raise InputError("--%s is required" % name)
 
 
+def check_trained_model(output_dir, init_checkpoint, do_train, phases):
+  """Raises InputError when evaluation or prediction would use untrained weights.
+
+  Without --do_train the Estimator reads the newest checkpoint of `output_dir`, else
+  --init_checkpoint; with neither it silently starts from the initial weights and
+  would write eval_results.txt / test_results.tsv of a model that never trained.
+
+  Args:
+    output_dir: str, --output_dir.
+    init_checkpoint: str or None, --init_checkpoint.
+    do_train: bool, --do_train.
+    phases: list of the flag names of the requested phases other than training,
+      e.g. ["do_eval", "do_predict"] (empty: nothing to check).
+  """
+  if do_train or not phases or init_checkpoint:
+    return
+  if tf.train.latest_checkpoint(output_dir):
+    return
+  raise InputError(
+      "%s without --do_train: --output_dir=%s holds no checkpoint and no "
+      "--init_checkpoint is given (it would score untrained weights); add --do_train "
+      "or point --output_dir at a trained run" %
+      ("/".join("--" + name for name in phases), output_dir))
+
+
 def read_bert_config(bert_config_file, max_seq_length):
   """The `modeling.BertConfig` of `bert_config_file`; raises InputError if its
   position embeddings are fewer than `max_seq_length`."""

@@ -148,6 +148,22 @@ def test_bad_input_fails_fast_on_every_rank(tmp_path, break_input):
   assert elapsed < 90
 
 
+@requires("mpirun")
+def test_eval_and_predict_without_a_trained_model_fail_on_every_rank(tmp_path):
+  # Without --do_train, the Estimator would start from the initial weights and
+  # write eval_results.txt and test_results.tsv of a model that never trained.
+  task = write_task(str(tmp_path / "task"))
+  out = str(tmp_path / "out")
+  proc = run_job("mpirun", 2, classifier_args(task, out, "--do_eval", "--do_predict"),
+                 timeout=120)
+  output = proc.stdout + proc.stderr
+  message = "--do_eval/--do_predict without --do_train: --output_dir=%s holds no" % out
+  assert proc.returncode == EXIT_BAD_INPUT, output[-3000:]
+  assert reporting_ranks(output, message) == {0, 1}, output[-3000:]
+  for name in ("eval_results.txt", "test_results.tsv"):
+    assert not os.path.exists(os.path.join(out, name))
+
+
 @pytest.mark.parametrize("launcher", ["horovodrun",
                                       pytest.param("mpirun", marks=requires("mpirun"))])
 def test_flag_error_is_reported_by_a_rank_that_starts_late(tmp_path, launcher):

@@ -5,6 +5,7 @@ import types
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import classifier_data
 import distributed
@@ -316,3 +317,26 @@ def test_no_step_message_names_the_flag_that_leaves_no_update():
           "--max_train_steps=3: fewer than one update of "
           "--gradient_accumulation_steps=4 steps; lower --gradient_accumulation_steps "
           "or raise --max_train_steps")
+
+
+def test_eval_or_predict_without_a_trained_model_is_an_input_error(tmp_path):
+  import runner_common
+  empty = str(tmp_path / "empty")
+  os.makedirs(empty)
+  with pytest.raises(rc.InputError, match=(
+      "--do_eval/--do_predict without --do_train: --output_dir=%s holds no checkpoint "
+      "and no --init_checkpoint is given" % empty)):
+    runner_common.check_trained_model(empty, None, False, ["do_eval", "do_predict"])
+  # Training first, an initial checkpoint, or nothing to evaluate: nothing to refuse.
+  runner_common.check_trained_model(empty, None, True, ["do_eval"])
+  runner_common.check_trained_model(empty, "/some/model.ckpt", False, ["do_eval"])
+  runner_common.check_trained_model(empty, None, False, [])
+  # A trained run's output_dir.
+  trained = str(tmp_path / "trained")
+  with tf.Graph().as_default():
+    tf.compat.v1.train.create_global_step()
+    with tf.compat.v1.Session() as sess:
+      sess.run(tf.compat.v1.global_variables_initializer())
+      tf.compat.v1.train.Saver().save(sess, os.path.join(trained, "model.ckpt"),
+                                      global_step=3)
+  runner_common.check_trained_model(trained, None, False, ["do_eval", "do_predict"])
