@@ -137,10 +137,7 @@ def validate_flags(flags_obj):
   if flags_obj.task_name.lower() not in classifier_data.PROCESSORS:
     raise InputError("--task_name=%s: unknown task (choose from %s)" %
                      (flags_obj.task_name, ", ".join(sorted(classifier_data.PROCESSORS))))
-  # --save_checkpoints_steps=0 would train and save nothing: eval would then score the
-  # initial weights.
-  for name in ("train_batch_size", "eval_batch_size", "predict_batch_size",
-               "max_seq_length", "save_checkpoints_steps"):
+  for name in ("predict_batch_size", "max_seq_length"):
     if getattr(flags_obj, name) <= 0:
       raise InputError("--%s must be positive, got %d" % (name, getattr(flags_obj, name)))
   for name in ("max_train_steps", "train_shuffle_buffer"):

@@ -117,8 +117,7 @@ def validate_flags(flags_obj):
   runner_common.validate_flags(flags_obj, ("do_train", "do_eval"),
                                ("input_file", "bert_config_file", "output_dir"))
   distributed.validate_runtime_flags(flags_obj)
-  for name in ("train_batch_size", "eval_batch_size", "max_seq_length",
-               "max_predictions_per_seq", "num_train_steps", "save_checkpoints_steps"):
+  for name in ("max_seq_length", "max_predictions_per_seq", "num_train_steps"):
     if getattr(flags_obj, name) <= 0:
       raise InputError("--%s must be positive, got %d" % (name, getattr(flags_obj, name)))
   for name in ("num_warmup_steps", "max_eval_steps", "train_shuffle_buffer"):

@@ -45,7 +45,8 @@ def define_flags(flag_values):
 
 def validate_flags(flags_obj, actions, required):
   """Checks the shared flags: no TPU, at least one of `actions` (e.g. "do_train")
-  set, every flag named in `required` given; raises InputError."""
+  set, every flag named in `required` given, positive batch sizes and checkpoint
+  interval; raises InputError."""
   if flags_obj.use_tpu:
     raise InputError("--use_tpu: TPUs are not supported; this script runs on GPUs/CPUs")
   if not any(getattr(flags_obj, name) for name in actions):
@@ -55,6 +56,11 @@ def validate_flags(flags_obj, actions, required):
   for name in required:
     if not getattr(flags_obj, name):
       raise InputError("--%s is required" % name)
+  # --save_checkpoints_steps=0 would train and save nothing: eval would then score the
+  # initial weights.
+  for name in ("train_batch_size", "eval_batch_size", "save_checkpoints_steps"):
+    if getattr(flags_obj, name) <= 0:
+      raise InputError("--%s must be positive, got %d" % (name, getattr(flags_obj, name)))
 
 
 def check_trained_model(output_dir, init_checkpoint, do_train, phases):

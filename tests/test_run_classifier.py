@@ -10,6 +10,7 @@ import tensorflow as tf
 import classifier_data
 import distributed
 import run_classifier as rc
+import runner_common
 import tokenization
 from conftest import VOCAB
 
@@ -320,7 +321,6 @@ def test_no_step_message_names_the_flag_that_leaves_no_update():
 
 
 def test_eval_or_predict_without_a_trained_model_is_an_input_error(tmp_path):
-  import runner_common
   empty = str(tmp_path / "empty")
   os.makedirs(empty)
   with pytest.raises(rc.InputError, match=(
