@@ -275,11 +275,14 @@ def setup(flags_obj, runtime):
   # Horovod: only rank 0 reads the initial checkpoint; the broadcast copies it.
   if flags_obj.init_checkpoint and rank == 0:
     check_checkpoint_matches(flags_obj.init_checkpoint, bert_config, len(label_list))
-  # Horovod: rank 0 evaluates and predicts from its own checkpoints.
+  # Horovod: rank 0 resumes, evaluates and predicts from its own checkpoints.
   if rank == 0:
     runner_common.check_trained_model(
         flags_obj.output_dir, flags_obj.init_checkpoint, flags_obj.do_train,
         [name for name in ("do_eval", "do_predict") if getattr(flags_obj, name)])
+    runner_common.check_output_dir_checkpoint(
+        flags_obj.output_dir,
+        modeling.expected_checkpoint_shapes(bert_config, len(label_list)))
 
   num_train_steps = num_warmup_steps = 0
   if train_examples is not None:

@@ -144,11 +144,11 @@ def check_init_checkpoint(init_checkpoint, bert_config):
       init_checkpoint, pretraining_model.expected_checkpoint_shapes(bert_config))
 
 
-def model_variable_names(objective, bert_config):
-  """The names of the variables the model of `objective` has."""
+def model_checkpoint_shapes(objective, bert_config):
+  """Variable name -> shape of the model of `objective` (an OrderedDict)."""
   if objective in CONTRASTIVE_POSITIVES:
-    return list(contrastive_model.expected_checkpoint_shapes(bert_config))
-  return list(pretraining_model.expected_checkpoint_shapes(bert_config))
+    return contrastive_model.expected_checkpoint_shapes(bert_config)
+  return pretraining_model.expected_checkpoint_shapes(bert_config)
 
 
 def check_train_variables(pattern, names):
@@ -182,7 +182,7 @@ def setup(flags_obj, runtime):
                                                flags_obj.max_seq_length)
   if flags_obj.train_variables is not None:
     check_train_variables(flags_obj.train_variables,
-                          model_variable_names(flags_obj.objective, bert_config))
+                          list(model_checkpoint_shapes(flags_obj.objective, bert_config)))
   input_files = pretraining_data.expand_input_files(flags_obj.input_file)
   # Horovod: each rank checks the files it reads; rank 0 reads them all for eval.
   to_check = set()
@@ -197,11 +197,13 @@ def setup(flags_obj, runtime):
   # Horovod: only rank 0 reads the initial checkpoint; the broadcast copies it.
   if flags_obj.init_checkpoint and runtime.rank == 0:
     check_init_checkpoint(flags_obj.init_checkpoint, bert_config)
-  # Horovod: rank 0 evaluates from its own checkpoints.
+  # Horovod: rank 0 resumes and evaluates from its own checkpoints.
   if runtime.rank == 0:
     runner_common.check_trained_model(
         flags_obj.output_dir, flags_obj.init_checkpoint, flags_obj.do_train,
         ["do_eval"] if flags_obj.do_eval else [])
+    runner_common.check_output_dir_checkpoint(
+        flags_obj.output_dir, model_checkpoint_shapes(flags_obj.objective, bert_config))
 
   return runner_common.RunPlan(
       bert_config=bert_config, input_files=input_files,

@@ -6,6 +6,8 @@ Estimator and to the `model_fn_builder` arguments of either model. Each runner
 keeps its own flags, `setup`, phases and `main`; `FLAGS` is read only there.
 """
 
+import os
+
 from absl import flags
 import tensorflow as tf
 
@@ -86,6 +88,43 @@ def check_trained_model(output_dir, init_checkpoint, do_train, phases):
       "--init_checkpoint is given (it would score untrained weights); add --do_train "
       "or point --output_dir at a trained run" %
       ("/".join("--" + name for name in phases), output_dir))
+
+
+def check_output_dir_checkpoint(output_dir, expected):
+  """Raises InputError unless the newest checkpoint in `output_dir` (if any) holds
+  every variable of `expected` with its shape.
+
+  The Estimator resumes training from that checkpoint and evaluates, predicts and
+  exports with it, ahead of --init_checkpoint. One saved by another model (another
+  bert_config.json, other labels, another objective) would fail inside TensorFlow's
+  restore, on rank 0 alone, with a long traceback.
+
+  Args:
+    output_dir: str, --output_dir.
+    expected: dict of variable name -> shape, the model's (e.g.
+      `modeling.expected_checkpoint_shapes(config, num_labels)`).
+  """
+  checkpoint = tf.train.latest_checkpoint(output_dir)
+  if not checkpoint:
+    return
+  try:
+    saved = dict(tf.train.list_variables(checkpoint))
+  except (tf.errors.OpError, ValueError) as e:
+    raise InputError("--output_dir=%s: cannot read its checkpoint %s (%s)" %
+                     (output_dir, checkpoint, str(e).splitlines()[0]))
+  for name, shape in expected.items():
+    if name not in saved:
+      problem = "has no variable %s" % name
+    elif tuple(saved[name]) != tuple(shape):
+      problem = "holds %s with shape %s where this model has %s" % (
+          name, list(saved[name]), list(shape))
+    else:
+      continue
+    raise InputError(
+        "--output_dir=%s: its checkpoint %s %s: it was saved by another model (another "
+        "--bert_config_file, other labels or another objective); use a new --output_dir, "
+        "or the settings it was trained with" %
+        (output_dir, os.path.basename(checkpoint), problem))
 
 
 def read_bert_config(bert_config_file, max_seq_length):

@@ -164,6 +164,32 @@ def test_eval_and_predict_without_a_trained_model_fail_on_every_rank(tmp_path):
     assert not os.path.exists(os.path.join(out, name))
 
 
+@requires("mpirun")
+def test_output_dir_checkpoint_of_another_model_fails_on_every_rank(tmp_path):
+  # The Estimator resumes from --output_dir's checkpoint: after a change to
+  # bert_config.json, TensorFlow's restore failed on rank 0 alone, with a traceback.
+  task = write_task(str(tmp_path / "task"))
+  out = str(tmp_path / "out")
+  first = run_job("python", 1, classifier_args(task, out, "--do_train",
+                                               "--train_batch_size=4",
+                                               "--max_train_steps=2"))
+  assert first.returncode == 0, first.stderr[-3000:]
+  config = tiny_config()
+  config["intermediate_size"] *= 2
+  write(os.path.join(task, "bert_config.json"), json.dumps(config))
+  proc = run_job("mpirun", 2, classifier_args(task, out, "--do_train", "--do_eval",
+                                              "--do_predict", "--train_batch_size=4"),
+                 timeout=120)
+  output = proc.stdout + proc.stderr
+  message = ("--output_dir=%s: its checkpoint model.ckpt-2 holds "
+             "bert/encoder/layer_0/intermediate/dense/kernel with shape [32, 64] where "
+             "this model has [32, 128]" % out)
+  assert proc.returncode == EXIT_BAD_INPUT, output[-3000:]
+  assert reporting_ranks(output, message) == {0, 1}, output[-3000:]
+  for name in ("eval_results.txt", "test_results.tsv"):
+    assert not os.path.exists(os.path.join(out, name))
+
+
 @pytest.mark.parametrize("launcher", ["horovodrun",
                                       pytest.param("mpirun", marks=requires("mpirun"))])
 def test_flag_error_is_reported_by_a_rank_that_starts_late(tmp_path, launcher):

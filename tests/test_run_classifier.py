@@ -340,3 +340,52 @@ def test_eval_or_predict_without_a_trained_model_is_an_input_error(tmp_path):
       tf.compat.v1.train.Saver().save(sess, os.path.join(trained, "model.ckpt"),
                                       global_step=3)
   runner_common.check_trained_model(trained, None, False, ["do_eval", "do_predict"])
+
+
+def save_variables(folder, shapes, step=3):
+  """Writes model.ckpt-`step` in `folder` holding zero variables of `shapes`."""
+  with tf.Graph().as_default():
+    for name, shape in shapes.items():
+      tf.compat.v1.get_variable(name, shape, initializer=tf.compat.v1.zeros_initializer())
+    tf.compat.v1.train.create_global_step()
+    with tf.compat.v1.Session() as sess:
+      sess.run(tf.compat.v1.global_variables_initializer())
+      tf.compat.v1.train.Saver().save(sess, os.path.join(folder, "model.ckpt"),
+                                      global_step=step)
+
+
+def test_output_dir_checkpoint_of_another_model_is_an_input_error(tmp_path):
+  import contrastive_model  # pylint: disable=import-outside-toplevel
+  import modeling  # pylint: disable=import-outside-toplevel
+  import pretraining_model  # pylint: disable=import-outside-toplevel
+  config = modeling.BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=1,
+                               num_attention_heads=2, intermediate_size=16)
+  two_labels = modeling.expected_checkpoint_shapes(config, 2)
+  out = str(tmp_path / "out")
+  runner_common.check_output_dir_checkpoint(out, two_labels)  # no checkpoint yet
+  save_variables(out, two_labels)
+  runner_common.check_output_dir_checkpoint(out, two_labels)  # the same model
+  # Other labels: the classifier head's shape.
+  with pytest.raises(rc.InputError, match=(
+      r"--output_dir=%s: its checkpoint model.ckpt-3 holds output_weights with shape "
+      r"\[2, 8\] where this model has \[3, 8\]: it was saved by another model" % out)):
+    runner_common.check_output_dir_checkpoint(
+        out, modeling.expected_checkpoint_shapes(config, 3))
+  # One more layer in bert_config.json.
+  deeper = modeling.BertConfig(vocab_size=20, hidden_size=8, num_hidden_layers=2,
+                               num_attention_heads=2, intermediate_size=16)
+  with pytest.raises(rc.InputError,
+                     match="has no variable bert/encoder/layer_1/attention/self/query/kernel"):
+    runner_common.check_output_dir_checkpoint(
+        out, modeling.expected_checkpoint_shapes(deeper, 2))
+  # A contrastive run's encoder, resumed as masked LM: no cls/ heads; the reverse loads.
+  encoder = str(tmp_path / "encoder")
+  save_variables(encoder, contrastive_model.expected_checkpoint_shapes(config))
+  with pytest.raises(rc.InputError,
+                     match="has no variable cls/predictions/transform/dense/kernel"):
+    runner_common.check_output_dir_checkpoint(
+        encoder, pretraining_model.expected_checkpoint_shapes(config))
+  masked_lm = str(tmp_path / "masked_lm")
+  save_variables(masked_lm, pretraining_model.expected_checkpoint_shapes(config))
+  runner_common.check_output_dir_checkpoint(
+      masked_lm, contrastive_model.expected_checkpoint_shapes(config))

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import contrastive_model
 import modeling
 import pretraining_model
 from conftest import (VOCAB, classifier_args, reporting_ranks, requires, run_job,
@@ -321,8 +322,23 @@ def train_variables_match_none(tmp_path, paths):
           "--train_variables=^heads/ matches none of the model's variables")
 
 
+def checkpoint_of_another_objective(tmp_path, paths):
+  # A contrastive run's encoder in --output_dir, resumed as masked LM: no cls/ heads.
+  config = modeling.BertConfig.from_dict(tiny_config())
+  with tf.Graph().as_default():
+    for name, shape in contrastive_model.expected_checkpoint_shapes(config).items():
+      tf1.get_variable(name, shape)
+    tf1.train.create_global_step()
+    with tf1.Session() as sess:
+      sess.run(tf1.global_variables_initializer())
+      tf1.train.Saver().save(sess, str(tmp_path / "out" / "model.ckpt"), global_step=4)
+  return [], ("--output_dir=%s: its checkpoint model.ckpt-4 has no variable "
+              "cls/predictions/transform/dense/kernel" % (tmp_path / "out"))
+
+
 BAD_INPUTS = [no_match, wrong_seq_length, not_records, bad_checkpoint, bad_accumulation,
-              bad_temperature, unknown_optimizer, bad_train_variables, train_variables_match_none]
+              bad_temperature, unknown_optimizer, bad_train_variables, train_variables_match_none,
+              checkpoint_of_another_objective]
 
 
 @requires("mpirun")
