@@ -507,10 +507,19 @@ def _build_shard(shard):
   instances = shard_instances(work["documents"], shard, len(work["paths"]),
                               work["dupe_factor"], work["random_seed"], config)
   path = work["paths"][shard]
-  with tf.io.TFRecordWriter(path) as writer:
-    for instance in instances:
-      writer.write(serialize_instance(instance, config.max_seq_length,
-                                      config.max_predictions_per_seq))
+  # Under a hidden temporary name until complete: a killed run leaves no truncated
+  # shard for a glob such as 'dir/*' to hand to run_pretraining.py.
+  tmp = os.path.join(os.path.dirname(path),
+                     ".%s.tmp-%d" % (os.path.basename(path), os.getpid()))
+  try:
+    with tf.io.TFRecordWriter(tmp) as writer:
+      for instance in instances:
+        writer.write(serialize_instance(instance, config.max_seq_length,
+                                        config.max_predictions_per_seq))
+    os.replace(tmp, path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
   return path, len(instances)
 
 

@@ -12,6 +12,8 @@ as ranks, else every size-th record of all the files, so any number of files
 works with any number of ranks.
 """
 
+import os
+
 import tensorflow as tf
 
 import input_pipeline
@@ -30,6 +32,10 @@ class InputFileError(ValueError):
 def expand_input_files(patterns):
   """The sorted, distinct files that comma-separated glob `patterns` match.
 
+  As in the shell, a wildcard matches no hidden file (a name starting with "."),
+  such as a shard create_pretraining_data.py was killed while writing; a pattern
+  whose last part starts with "." names hidden files.
+
   Raises:
     InputFileError: naming a pattern that matches no file.
   """
@@ -38,7 +44,9 @@ def expand_input_files(patterns):
     pattern = pattern.strip()
     if not pattern:
       continue
-    matched = [f for f in tf.io.gfile.glob(pattern) if not tf.io.gfile.isdir(f)]
+    hidden_ok = os.path.basename(pattern).startswith(".")
+    matched = [f for f in tf.io.gfile.glob(pattern) if not tf.io.gfile.isdir(f) and
+               (hidden_ok or not os.path.basename(f).startswith("."))]
     if not matched:
       raise InputFileError("--input_file=%s: no file matches %r" % (patterns, pattern))
     files.update(matched)

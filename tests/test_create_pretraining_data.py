@@ -310,3 +310,28 @@ def test_the_script_takes_a_unigram_vocab(tmp_path):
     first = tokens[1:tokens.index("[SEP]")]
     assert "".join(first).replace(W, "") in text
   assert spanning > 0
+
+
+def test_a_failed_shard_leaves_no_file_behind(tmp_path, monkeypatch):
+  # A shard is written under a hidden temporary name and renamed when complete: a
+  # run that dies mid-shard leaves nothing a glob like 'out/*' would pick up.
+  documents, config, _ = _documents_and_config(tmp_path, whole_word=False)
+  out = tmp_path / "out"
+  out.mkdir()
+  paths = [str(out / "pretrain-0"), str(out / "pretrain-1")]
+  cpd.create_shards(documents, paths, 2, 12345, config, num_workers=1)
+  good = [_read_records(p) for p in paths]
+  real_serialize, written = cpd.serialize_instance, []
+
+  def fail_after_three(*args):
+    if len(written) == 3:
+      raise RuntimeError("disk full")
+    written.append(1)
+    return real_serialize(*args)
+
+  monkeypatch.setattr(cpd, "serialize_instance", fail_after_three)
+  again = [str(out / "again-0")]
+  with pytest.raises(RuntimeError, match="disk full"):
+    cpd.create_shards(documents, again, 2, 12345, config, num_workers=1)
+  assert sorted(os.listdir(str(out))) == ["pretrain-0", "pretrain-1"]
+  assert [_read_records(p) for p in paths] == good

@@ -244,6 +244,12 @@ def test_expand_input_files(tmp_path):
       "%s,%s" % (paths[2], pattern)) == paths
   with pytest.raises(pretraining_data.InputFileError, match="no file matches"):
     pretraining_data.expand_input_files(pattern + "," + str(tmp_path / "nope*"))
+  # A hidden file (create_pretraining_data.py's shard being written) only by name.
+  hidden = str(tmp_path / "d" / ".part-9.tmp-123")
+  with open(hidden, "w") as f:
+    f.write("truncated")
+  assert pretraining_data.expand_input_files(str(tmp_path / "d" / "*")) == paths
+  assert pretraining_data.expand_input_files(hidden) == [hidden]
 
 
 def write_example(path, features):
