@@ -100,11 +100,15 @@ class DataProcessor(object):
 
 
 def read_text_file(path):
-  """Reads a UTF-8 text file, raising InputError naming it when that fails."""
+  """Reads a UTF-8 text file, raising InputError naming it when that fails.
+
+  A leading byte order mark (Excel's and Notepad's UTF-8) is dropped: it would
+  otherwise stick to the first line's label.
+  """
   if not os.path.isfile(path):
     raise InputError("%s: no such file" % path)
   try:
-    with open(path, "r", encoding="utf-8") as f:
+    with open(path, "r", encoding="utf-8-sig") as f:
       return f.read()
   except UnicodeDecodeError as e:
     raise InputError("%s: not valid UTF-8 (byte %d)" % (path, e.start))

@@ -163,7 +163,7 @@ def read_documents(paths):
     with open(path, "rb") as handle:
       for number, raw in enumerate(handle, 1):
         try:
-          line = raw.decode("utf-8").strip()
+          line = raw.decode("utf-8-sig").strip()
         except UnicodeDecodeError as exc:
           raise InputError("%s:%d: not valid UTF-8 (%s)" % (path, number, exc.reason))
         if line:

@@ -88,7 +88,7 @@ class BertConfig(object):
   def from_json_file(cls, json_file):
     """Constructs a `BertConfig` from a json file, raising `ConfigError` if invalid."""
     try:
-      with open(json_file, "r", encoding="utf-8") as reader:
+      with open(json_file, "r", encoding="utf-8-sig") as reader:
         text = reader.read()
     except OSError as e:
       raise ConfigError("bert_config_file %s: cannot read (%s)" %

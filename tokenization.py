@@ -79,14 +79,15 @@ def load_vocab(vocab_file):
   """Loads a vocabulary file (one token per line) into an OrderedDict.
 
   Maps token -> id, where the id is the zero-based line index.  Surrounding
-  whitespace, including the newline, is stripped from every token.  Raises
+  whitespace, including the newline, is stripped from every token, and a leading
+  byte order mark from the file.  Raises
   ValueError naming the file if it does not exist, is empty, or lists the
   same token twice.
   """
   if not os.path.isfile(vocab_file):
     raise ValueError("vocab_file %s: no such file" % (vocab_file,))
   vocab = collections.OrderedDict()
-  with open(vocab_file, "r", encoding="utf-8") as reader:
+  with open(vocab_file, "r", encoding="utf-8-sig") as reader:
     for index, line in enumerate(reader):
       token = convert_to_unicode(line).strip()
       if token in vocab:
@@ -263,7 +264,7 @@ def _read_unigram_json(vocab_file):
   if not os.path.isfile(vocab_file):
     raise ValueError("vocab_file %s: no such file" % (vocab_file,))
   try:
-    with open(vocab_file, "r", encoding="utf-8") as f:
+    with open(vocab_file, "r", encoding="utf-8-sig") as f:
       spec = json.load(f)
   except (ValueError, UnicodeDecodeError) as e:
     raise ValueError("vocab_file %s: not a JSON unigram vocab (%s)" % (vocab_file, e))

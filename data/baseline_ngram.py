@@ -43,7 +43,7 @@ def read_tsv(path, with_line_numbers=False):
     ValueError: naming the file and line of a malformed line.
   """
   texts, labels, numbers = [], [], []
-  with open(path, encoding="utf-8") as handle:
+  with open(path, encoding="utf-8-sig") as handle:
     for number, line in enumerate(handle, 1):
       line = line.rstrip("\n")
       if not line.strip():

@@ -82,7 +82,7 @@ def read_input(path):
     except OSError as e:
       raise PredictError("--input=%s: cannot read (%s)" % (path, e.strerror or e))
   try:
-    return name, data.decode("utf-8")
+    return name, data.decode("utf-8-sig")
   except UnicodeDecodeError as e:
     raise PredictError("%s: not valid UTF-8 (byte %d)" % (name, e.start))
 

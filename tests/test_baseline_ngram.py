@@ -47,6 +47,11 @@ def test_line_without_tab_is_named(tmp_path):
     bn.read_tsv(str(tmp_path / "x.tsv"))
 
 
+def test_byte_order_mark_is_not_part_of_the_first_label(tmp_path):
+  (tmp_path / "x.tsv").write_text("\ufeff1\tok\n0\tbad\n", encoding="utf-8")
+  assert bn.read_tsv(str(tmp_path / "x.tsv"))[1] == ["1", "0"]
+
+
 def test_teacher_file_holds_out_of_fold_probabilities(tmp_path, capsys):
   """Each training example carries a unique n-gram and a random label: a model that
   saw the example would predict its label; cross-fitted ones cannot (about 50%)."""

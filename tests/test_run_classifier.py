@@ -31,6 +31,23 @@ def test_tsv_processor_reads_labels_and_texts(tmp_path):
   assert examples[2].guid == "train-4"  # guid carries the file's line number
 
 
+def test_files_saved_with_a_byte_order_mark_read_as_without(tmp_path):
+  # Excel's "CSV UTF-8" and Notepad write a BOM first: it stuck to the first label
+  # (a third class "\ufeff1" of one example), to the first token of vocab.txt, and
+  # made bert_config.json "not valid JSON".
+  import modeling  # pylint: disable=import-outside-toplevel
+  bom = "\ufeff"
+  write(tmp_path / "train.tsv", bom + "1\tgood movie\n0\tbad food\n")
+  proc = classifier_data.TsvProcessor()
+  assert proc.get_labels(str(tmp_path)) == ["0", "1"]
+  write(tmp_path / "vocab.txt", bom + "\n".join(VOCAB) + "\n")
+  vocab = tokenization.load_vocab(str(tmp_path / "vocab.txt"))
+  assert list(vocab)[:2] == VOCAB[:2] and vocab[VOCAB[0]] == 0
+  write(tmp_path / "bert_config.json", bom + '{"vocab_size": 20, "hidden_size": 8, '
+        '"num_hidden_layers": 1, "num_attention_heads": 2, "intermediate_size": 16}')
+  assert modeling.BertConfig.from_json_file(str(tmp_path / "bert_config.json")).hidden_size == 8
+
+
 @pytest.mark.parametrize("content, message", [
     ("1\tgood\nbad line without tab\n", "train.tsv:2: expected 'label<TAB>text'"),
     ("1\tgood\n0\t   \n", "train.tsv:2: empty text"),
