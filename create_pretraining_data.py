@@ -150,6 +150,20 @@ def output_paths(output_file, num_output_shards):
           for i in range(num_output_shards)]
 
 
+def make_output_folders(paths):
+  """Creates the folders of the output `paths`; InputError naming one that fails."""
+  for path in paths:
+    folder = os.path.dirname(path)
+    try:
+      if folder:
+        os.makedirs(folder, exist_ok=True)
+      if not os.access(folder or ".", os.W_OK):
+        raise PermissionError("not writable")
+    except OSError as e:
+      raise InputError("--output_file=%s: cannot create or write in %s (%s)" %
+                       (path, folder or ".", e.strerror or e))
+
+
 def read_documents(paths):
   """Reads Google-format text files into documents.
 
@@ -587,6 +601,7 @@ def main(_):
     _validate_flags()
     inputs = expand_input_files(FLAGS.input_file)
     paths = output_paths(FLAGS.output_file, FLAGS.num_output_shards)
+    make_output_folders(paths)
     try:
       tokenizer = tokenization.load_tokenizer(FLAGS.vocab_file, FLAGS.do_lower_case)
     except ValueError as exc:
@@ -605,9 +620,6 @@ def main(_):
   print("read and tokenized %d documents, %d tokens from %d file(s) in %.1f s"
         % (len(documents), sum(len(s.ids) for d in documents for s in d),
            len(inputs), read_seconds), flush=True)
-  for path in paths:
-    if os.path.dirname(path):
-      os.makedirs(os.path.dirname(path), exist_ok=True)
   start = time.time()
   counts = create_shards(documents, paths, FLAGS.dupe_factor, FLAGS.random_seed,
                          config, FLAGS.num_workers)

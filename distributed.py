@@ -515,9 +515,13 @@ def lock_output_dir(output_dir, lock_name=".run_classifier.lock"):
   ends, so a crashed job never blocks its own restart; a second live job on the
   same folder is refused with an InputError.
   """
-  tf.io.gfile.makedirs(output_dir)
   path = os.path.join(output_dir, lock_name)
-  lock_file = open(path, "a+")
+  try:
+    tf.io.gfile.makedirs(output_dir)
+    lock_file = open(path, "a+")
+  except (tf.errors.OpError, OSError) as e:
+    raise InputError("--output_dir=%s: cannot create it or write in it (%s)" %
+                     (output_dir, str(e).splitlines()[0]))
   try:
     fcntl.flock(lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
   except OSError:

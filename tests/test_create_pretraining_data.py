@@ -237,6 +237,12 @@ def test_comma_list_output_and_bad_input(tmp_path):
                        input_file=str(tmp_path / "missing*.txt"))
   assert result.returncode == 2
   assert "--input_file" in result.stderr.strip().splitlines()[-1]
+  (tmp_path / "a_file").write_text("not a folder\n")
+  result = _run_script(tmp_path, str(tmp_path / "a_file" / "c.tfrecord"))
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines()[-1].startswith(
+      "create_pretraining_data.py: error: --output_file=%s: cannot create or write in %s" %
+      (tmp_path / "a_file" / "c.tfrecord", tmp_path / "a_file"))
 
 
 W = tokenization.WORD_START

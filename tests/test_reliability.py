@@ -110,6 +110,13 @@ def too_few_steps_to_accumulate(task):
           "--gradient_accumulation_steps=4 steps")
 
 
+def output_dir_not_a_folder(task):
+  path = os.path.join(task, "a_file")
+  write(path, "not a folder\n")
+  return (["--output_dir=" + os.path.join(path, "out")],
+          "--output_dir=%s: cannot create it or write in it" % os.path.join(path, "out"))
+
+
 def unknown_task(task):
   return ["--task_name=nosuchtask"], "--task_name=nosuchtask: unknown task"
 
@@ -121,7 +128,8 @@ def unknown_flag(task):
 BAD_INPUTS = [bad_train_line, unknown_dev_label, empty_train, missing_dev, empty_vocab,
               config_not_json, config_missing_key, vocab_too_big, seq_too_long,
               bad_batch, bad_lr, no_checkpoints, too_few_steps_to_accumulate,
-              missing_checkpoint, mismatched_checkpoint, unknown_task, unknown_flag]
+              missing_checkpoint, mismatched_checkpoint, output_dir_not_a_folder,
+              unknown_task, unknown_flag]
 
 
 # Under mpirun (it starts faster than horovodrun, and passes the rank's exit status
