@@ -35,7 +35,12 @@ quote() {
 }
 
 # `need "$@"` inside an option loop: the option in $1 must have a value in $2.
-need() { [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"; }
+# An option's value never starts with --: `--output_dir --dry_run` would otherwise
+# name a folder "--dry_run" and run the job for real.
+need() {
+  [ $# -ge 2 ] && [ -n "$2" ] && [[ "$2" != --* ]] ||
+    die "$1 needs a value${2:+ (found the option '$2' in its place)}"
+}
 
 # `parse_options "$@"`: the option loop of a script. The script first names its
 # options, without the leading --, as NAME or NAME=VARIABLE (the variable is NAME
@@ -47,6 +52,7 @@ need() { [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"; }
 # takes no value and returns 0 (1 for an option it does not know). DASHES_FOR,
 # when set, names the program the words after `--` are for: they are left in the
 # array ARGS. Without it `--` is an unknown option. -h/--help prints the usage.
+# An option with a value is written `--NAME VALUE` or `--NAME=VALUE`.
 parse_options() {
   local var
   ARGS=()
@@ -55,6 +61,11 @@ parse_options() {
       -h|--help) usage; exit 0 ;;
       --) if [ -n "${DASHES_FOR:-}" ]; then shift; ARGS=("$@"); return 0; fi ;;
     esac
+    # --NAME=VALUE, as run_classifier.py's flags are written, is --NAME VALUE.
+    if [[ "$1" == --*=* ]] && option_variable "${1%%=*}" ${VALUE_OPTIONS:-} \
+        ${LIST_OPTIONS:-} >/dev/null; then
+      set -- "${1%%=*}" "${1#*=}" "${@:2}"
+    fi
     if var="$(option_variable "$1" ${VALUE_OPTIONS:-})"; then
       need "$@"; printf -v "$var" '%s' "$2"; shift 2
     elif var="$(option_variable "$1" ${LIST_OPTIONS:-})"; then

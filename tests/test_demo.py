@@ -156,6 +156,9 @@ def test_demo_passes_flags_after_dashes_to_the_trainer():
   _, (_, train, _) = dry_run("--seed", "3", "--", "--use_amp", "--fp16_allreduce")
   assert train[-3:] == ["--group_by_length", "--use_amp", "--fp16_allreduce"]
   assert "--seed=3" in train
+  # --NAME=VALUE as well as --NAME VALUE.
+  _, (_, train, _) = dry_run("--seed=4", "--epochs=2")
+  assert "--seed=4" in train and "--num_train_epochs=2" in train
   # The demo's --group_by_length comes first, so a flag after -- turns it off.
   _, (_, train, _) = dry_run("--", "--nogroup_by_length")
   assert train[-2:] == ["--group_by_length", "--nogroup_by_length"]
@@ -163,6 +166,13 @@ def test_demo_passes_flags_after_dashes_to_the_trainer():
                         capture_output=True, text=True, timeout=120)
   assert proc.returncode == 2
   assert "unknown option '--use_amp' (flags of run_classifier.py go after --)" in proc.stderr
+  # An option without its value does not take the next option as the value (the
+  # demo ran for real with --output_dir=--dry_run).
+  proc = subprocess.run(["bash", DEMO, "--skip_setup", "--max_examples", "--dry_run"],
+                        cwd=ROOT, env=demo_env(), capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 2
+  assert ("--max_examples needs a value (found the option '--dry_run' in its place)"
+          in proc.stderr), proc.stderr
 
 
 @requires("horovodrun")
