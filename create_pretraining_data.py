@@ -613,6 +613,13 @@ def main(_):
     documents = tokenize_documents(tokenizer, read_documents(inputs))
     if not documents:
       raise InputError("--input_file: no text in %s" % ", ".join(inputs))
+    if len(documents) < len(paths):
+      # Shards take whole documents: some would be empty, and run_pretraining.py
+      # refuses an empty input file.
+      raise InputError("%d output shards for %d documents (a blank line ends a "
+                       "document; each shard takes whole ones): use at most %d "
+                       "(--num_output_shards)" %
+                       (len(paths), len(documents), len(documents)))
   except InputError as exc:
     print("create_pretraining_data.py: error: %s" % exc, file=sys.stderr)
     return 2

@@ -237,6 +237,15 @@ def test_comma_list_output_and_bad_input(tmp_path):
                        input_file=str(tmp_path / "missing*.txt"))
   assert result.returncode == 2
   assert "--input_file" in result.stderr.strip().splitlines()[-1]
+  # Fewer documents than shards: some shards would be empty.
+  (tmp_path / "two_documents.txt").write_text("good food\nnice\n\nbad movie\n")
+  result = _run_script(tmp_path, str(tmp_path / "d.tfrecord"), num_output_shards=3,
+                       input_file=str(tmp_path / "two_documents.txt"))
+  assert result.returncode == 2
+  assert result.stderr.strip().splitlines()[-1] == (
+      "create_pretraining_data.py: error: 3 output shards for 2 documents (a blank line "
+      "ends a document; each shard takes whole ones): use at most 2 (--num_output_shards)")
+  assert not [p for p in os.listdir(str(tmp_path)) if p.startswith("d.tfrecord")]
   (tmp_path / "a_file").write_text("not a folder\n")
   result = _run_script(tmp_path, str(tmp_path / "a_file" / "c.tfrecord"))
   assert result.returncode == 2
