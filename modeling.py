@@ -799,16 +799,30 @@ def check_checkpoint_shapes(init_checkpoint, expected):
   except (tf.errors.OpError, ValueError) as e:
     raise CheckpointError("--init_checkpoint=%s: cannot read (%s)" %
                           (init_checkpoint, str(e).splitlines()[0]))
-  found = [name for name in expected if name in ckpt_shapes]
-  if not found:
+  if not any(name in ckpt_shapes for name in expected):
     raise CheckpointError("--init_checkpoint=%s: holds none of the BERT variables "
                           "(e.g. %s)" % (init_checkpoint, next(iter(expected))))
-  for name in found:
-    if tuple(ckpt_shapes[name]) != tuple(expected[name]):
+  for name, saved, needed in shape_mismatches(ckpt_shapes, expected):
+    if saved is not None:  # a variable it lacks keeps its initializer
       raise CheckpointError("--init_checkpoint=%s: variable %s has shape %s, the "
-                            "config needs %s" % (init_checkpoint, name,
-                                                 list(ckpt_shapes[name]),
-                                                 list(expected[name])))
+                            "config needs %s" % (init_checkpoint, name, list(saved),
+                                                 list(needed)))
+
+
+def shape_mismatches(saved, expected):
+  """The variables of `expected` that `saved` lacks or holds with another shape.
+
+  Args:
+    saved: dict of variable name -> shape (e.g. of `tf.train.list_variables`).
+    expected: dict of variable name -> shape, the model's.
+
+  Returns:
+    list of (name, shape in `saved` as a tuple or None if absent, expected shape
+    as a tuple), in the order of `expected`.
+  """
+  return [(name, tuple(saved[name]) if name in saved else None, tuple(shape))
+          for name, shape in expected.items()
+          if name not in saved or tuple(saved[name]) != tuple(shape)]
 
 
 def count_parameters(config, include_embeddings=True):

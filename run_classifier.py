@@ -137,15 +137,9 @@ def validate_flags(flags_obj):
   if flags_obj.task_name.lower() not in classifier_data.PROCESSORS:
     raise InputError("--task_name=%s: unknown task (choose from %s)" %
                      (flags_obj.task_name, ", ".join(sorted(classifier_data.PROCESSORS))))
-  for name in ("predict_batch_size", "max_seq_length"):
-    if getattr(flags_obj, name) <= 0:
-      raise InputError("--%s must be positive, got %d" % (name, getattr(flags_obj, name)))
-  for name in ("max_train_steps", "train_shuffle_buffer"):
-    if getattr(flags_obj, name) < 0:
-      raise InputError("--%s must be >= 0, got %d" % (name, getattr(flags_obj, name)))
-  for name in ("learning_rate", "num_train_epochs"):
-    if getattr(flags_obj, name) <= 0:
-      raise InputError("--%s must be positive, got %g" % (name, getattr(flags_obj, name)))
+  runner_common.check_positive(flags_obj, ("predict_batch_size", "max_seq_length"))
+  runner_common.check_non_negative(flags_obj, ("max_train_steps", "train_shuffle_buffer"))
+  runner_common.check_positive(flags_obj, ("learning_rate", "num_train_epochs"))
   if not 0.0 < flags_obj.layer_lr_decay <= 1.0:
     raise InputError("--layer_lr_decay must be in (0, 1], got %g" %
                      flags_obj.layer_lr_decay)

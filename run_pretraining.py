@@ -117,15 +117,11 @@ def validate_flags(flags_obj):
   runner_common.validate_flags(flags_obj, ("do_train", "do_eval"),
                                ("input_file", "bert_config_file", "output_dir"))
   distributed.validate_runtime_flags(flags_obj)
-  for name in ("max_seq_length", "max_predictions_per_seq", "num_train_steps"):
-    if getattr(flags_obj, name) <= 0:
-      raise InputError("--%s must be positive, got %d" % (name, getattr(flags_obj, name)))
-  for name in ("num_warmup_steps", "max_eval_steps", "train_shuffle_buffer"):
-    if getattr(flags_obj, name) < 0:
-      raise InputError("--%s must be >= 0, got %d" % (name, getattr(flags_obj, name)))
-  for name in ("learning_rate", "contrastive_temperature"):
-    if getattr(flags_obj, name) <= 0:
-      raise InputError("--%s must be positive, got %g" % (name, getattr(flags_obj, name)))
+  runner_common.check_positive(
+      flags_obj, ("max_seq_length", "max_predictions_per_seq", "num_train_steps"))
+  runner_common.check_non_negative(
+      flags_obj, ("num_warmup_steps", "max_eval_steps", "train_shuffle_buffer"))
+  runner_common.check_positive(flags_obj, ("learning_rate", "contrastive_temperature"))
   if flags_obj.max_predictions_per_seq > flags_obj.max_seq_length:
     raise InputError("--max_predictions_per_seq=%d exceeds --max_seq_length=%d" %
                      (flags_obj.max_predictions_per_seq, flags_obj.max_seq_length))

@@ -60,9 +60,27 @@ def validate_flags(flags_obj, actions, required):
       raise InputError("--%s is required" % name)
   # --save_checkpoints_steps=0 would train and save nothing: eval would then score the
   # initial weights.
-  for name in ("train_batch_size", "eval_batch_size", "save_checkpoints_steps"):
-    if getattr(flags_obj, name) <= 0:
-      raise InputError("--%s must be positive, got %d" % (name, getattr(flags_obj, name)))
+  check_positive(flags_obj, ("train_batch_size", "eval_batch_size",
+                             "save_checkpoints_steps"))
+
+
+def _check_flags(flags_obj, names, ok, requirement):
+  """Raises InputError naming the first of `names` whose value fails `ok`."""
+  for name in names:
+    value = getattr(flags_obj, name)
+    if not ok(value):
+      raise InputError(("--%s must be %s, got " + ("%g" if isinstance(value, float)
+                                                    else "%d")) % (name, requirement, value))
+
+
+def check_positive(flags_obj, names):
+  """Raises InputError unless every flag of `names` is > 0."""
+  _check_flags(flags_obj, names, lambda value: value > 0, "positive")
+
+
+def check_non_negative(flags_obj, names):
+  """Raises InputError unless every flag of `names` is >= 0."""
+  _check_flags(flags_obj, names, lambda value: value >= 0, ">= 0")
 
 
 def check_trained_model(output_dir, init_checkpoint, do_train, phases):
@@ -112,19 +130,18 @@ def check_output_dir_checkpoint(output_dir, expected):
   except (tf.errors.OpError, ValueError) as e:
     raise InputError("--output_dir=%s: cannot read its checkpoint %s (%s)" %
                      (output_dir, checkpoint, str(e).splitlines()[0]))
-  for name, shape in expected.items():
-    if name not in saved:
-      problem = "has no variable %s" % name
-    elif tuple(saved[name]) != tuple(shape):
-      problem = "holds %s with shape %s where this model has %s" % (
-          name, list(saved[name]), list(shape))
-    else:
-      continue
-    raise InputError(
-        "--output_dir=%s: its checkpoint %s %s: it was saved by another model (another "
-        "--bert_config_file, other labels or another objective); use a new --output_dir, "
-        "or the settings it was trained with" %
-        (output_dir, os.path.basename(checkpoint), problem))
+  mismatches = modeling.shape_mismatches(saved, expected)
+  if not mismatches:
+    return
+  name, saved_shape, shape = mismatches[0]
+  problem = ("has no variable %s" % name if saved_shape is None else
+             "holds %s with shape %s where this model has %s" % (
+                 name, list(saved_shape), list(shape)))
+  raise InputError(
+      "--output_dir=%s: its checkpoint %s %s: it was saved by another model (another "
+      "--bert_config_file, other labels or another objective); use a new --output_dir, "
+      "or the settings it was trained with" %
+      (output_dir, os.path.basename(checkpoint), problem))
 
 
 def read_bert_config(bert_config_file, max_seq_length):
